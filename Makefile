@@ -1,0 +1,49 @@
+# Millrace: the make targets other parts and users rely on (see ../shared/DESIGN.md, section 3).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+DIR    ?= run/cluster
+BROKERS ?= 1
+
+.PHONY: setup test test-unit lint format demo bench bench-quick cluster-up cluster-down clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+test-unit: setup
+	$(PY) -m pytest -q -p no:cacheprovider -m "unit or property" tests
+
+lint: setup
+	$(VENV)/bin/ruff check broker spark_connector tests jobs
+	$(VENV)/bin/ruff format --check broker spark_connector tests jobs
+	$(VENV)/bin/mypy
+
+format: setup
+	$(VENV)/bin/ruff format broker spark_connector tests jobs
+	$(VENV)/bin/ruff check --fix broker spark_connector tests jobs
+
+demo: setup
+	$(PY) -m broker.cli.demo
+
+bench: setup
+	@echo "make bench: not yet (the benchmark issue builds it)"
+
+bench-quick: bench
+
+cluster-up: setup
+	$(VENV)/bin/millrace cluster up --dir $(DIR) --brokers $(BROKERS)
+
+cluster-down: setup
+	$(VENV)/bin/millrace cluster down --dir $(DIR)
+
+clean:
+	rm -rf run demo-run .pytest_cache .mypy_cache .ruff_cache
