@@ -1,0 +1,192 @@
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44).
+
+Topic resources (type 2) describe every topic config with its effective value and source
+(DYNAMIC_TOPIC_CONFIG for an override stored in ``/config/topics/<topic>``,
+STATIC_BROKER_CONFIG when the broker's ``server.properties`` sets the synonym,
+DEFAULT_CONFIG otherwise), with synonyms and documentation when asked. Broker resources
+(type 4) describe the broker's static configuration, read-only; altering broker configs
+dynamically is not supported and answers INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from broker.api.context import RequestContext
+from broker.config import (
+    BROKER_CONFIGS,
+    TOPIC_CONFIG_SYNONYMS,
+    TOPIC_CONFIGS,
+    format_config_value,
+)
+from broker.protocol import registry
+from broker.protocol.errors import ErrorCode, KafkaError
+
+TOPIC = 2
+BROKER = 4
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def _describe_topic(ctx: RequestContext, name: str, keys: tuple[str, ...] | None,
+                    synonyms: bool, docs: bool, entry_cls: Any, syn_cls: Any) -> list[Any]:
+    controller = ctx.services.controller
+    overrides = controller.topic_overrides(name)
+    effective = controller.log_config_for(name, overrides)
+    broker_cfg = ctx.services.config
+    out = []
+    for cname in sorted(TOPIC_CONFIGS):
+        if keys is not None and cname not in keys:
+            continue
+        definition = TOPIC_CONFIGS[cname]
+        broker_source = (SOURCE_STATIC_BROKER
+                         if broker_cfg.topic_config_source(cname) == "static" else SOURCE_DEFAULT)
+        source = SOURCE_DYNAMIC_TOPIC if cname in overrides else broker_source
+        syns = []
+        if synonyms:
+            if cname in overrides:
+                syns.append(registry.build(syn_cls, name=cname, value=overrides[cname],
+                                           source=SOURCE_DYNAMIC_TOPIC))
+            if broker_source == SOURCE_STATIC_BROKER:
+                syns.append(registry.build(
+                    syn_cls, name=TOPIC_CONFIG_SYNONYMS[cname],
+                    value=format_config_value(broker_cfg.broker_value_for_topic_config(cname)),
+                    source=SOURCE_STATIC_BROKER))
+            syns.append(registry.build(
+                syn_cls, name=TOPIC_CONFIG_SYNONYMS[cname],
+                value=format_config_value(definition.default), source=SOURCE_DEFAULT))
+        out.append(registry.build(
+            entry_cls, name=cname, value=format_config_value(effective.value_of(cname)),
+            read_only=False, config_source=source, is_default=source == SOURCE_DEFAULT,
+            is_sensitive=False, synonyms=tuple(syns), config_type=definition.type.value,
+            documentation=definition.doc if docs else None,
+        ))
+    return out
+
+
+def _describe_broker(ctx: RequestContext, keys: tuple[str, ...] | None, docs: bool,
+                     entry_cls: Any) -> list[Any]:
+    cfg = ctx.services.config
+    out = []
+    for cname in sorted(BROKER_CONFIGS):
+        if keys is not None and cname not in keys:
+            continue
+        value = cfg.values[cname]
+        source = SOURCE_STATIC_BROKER if cname in cfg.originals else SOURCE_DEFAULT
+        out.append(registry.build(
+            entry_cls, name=cname, value=None if value is None else format_config_value(value),
+            read_only=True, config_source=source, is_default=source == SOURCE_DEFAULT,
+            is_sensitive=False, synonyms=(), config_type=BROKER_CONFIGS[cname].type.value,
+            documentation=BROKER_CONFIGS[cname].doc if docs else None,
+        ))
+    return out
+
+
+async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
+    cls = registry.response_class(32, ctx.version)
+    result_cls = registry.nested(cls, "DescribeConfigsResult")
+    entry_cls = registry.nested(cls, "DescribeConfigsResourceResult")
+    syn_cls = registry.nested(cls, "DescribeConfigsSynonym")
+    results = []
+    for res in request.resources:
+        keys = tuple(res.configuration_keys) if res.configuration_keys is not None else None
+        try:
+            if res.resource_type == TOPIC:
+                if ctx.services.metadata.topic(res.resource_name) is None:
+                    raise KafkaError(f"topic {res.resource_name} does not exist",
+                                     ErrorCode.unknown_topic_or_partition)
+                entries = _describe_topic(
+                    ctx, res.resource_name, keys, bool(getattr(request, "include_synonyms", False)),
+                    bool(getattr(request, "include_documentation", False)), entry_cls, syn_cls)
+            elif res.resource_type == BROKER:
+                if res.resource_name not in ("", str(ctx.services.broker_id)):
+                    raise KafkaError(f"broker {res.resource_name} is not this broker",
+                                     ErrorCode.invalid_request)
+                entries = _describe_broker(
+                    ctx, keys, bool(getattr(request, "include_documentation", False)), entry_cls)
+            else:
+                raise KafkaError(f"resource type {res.resource_type} is not supported",
+                                 ErrorCode.invalid_request)
+            results.append(registry.build(
+                result_cls, error_code=ErrorCode.none, error_message=None,
+                resource_type=res.resource_type, resource_name=res.resource_name,
+                configs=tuple(entries)))
+        except KafkaError as exc:
+            results.append(registry.build(
+                result_cls, error_code=exc.code, error_message=str(exc) or None,
+                resource_type=res.resource_type, resource_name=res.resource_name, configs=()))
+    return registry.build(cls, throttle_time=datetime.timedelta(0), results=tuple(results))
+
+
+def _check_topic_resource(ctx: RequestContext, res: Any) -> None:
+    if res.resource_type == BROKER:
+        raise KafkaError("dynamic broker configs are not supported; set them in "
+                         "server.properties", ErrorCode.invalid_request)
+    if res.resource_type != TOPIC:
+        raise KafkaError(f"resource type {res.resource_type} is not supported",
+                         ErrorCode.invalid_request)
+    if ctx.services.metadata.topic(res.resource_name) is None:
+        raise KafkaError(f"topic {res.resource_name} does not exist",
+                         ErrorCode.unknown_topic_or_partition)
+
+
+async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
+    api_key = 44 if incremental else 33
+    cls = registry.response_class(api_key, ctx.version)
+    resp_cls = registry.nested(cls, "AlterConfigsResourceResponse")
+    controller = ctx.services.controller
+    out = []
+    for res in request.resources:
+        try:
+            _check_topic_resource(ctx, res)
+            if incremental:
+                new = dict(controller.topic_overrides(res.resource_name))
+                for c in res.configs:
+                    op = int(c.config_operation)
+                    if c.name not in TOPIC_CONFIGS:
+                        raise KafkaError(f"unknown topic config {c.name}", ErrorCode.invalid_config)
+                    if op == OP_SET:
+                        if c.value is None:
+                            raise KafkaError(f"null value for {c.name}", ErrorCode.invalid_config)
+                        new[c.name] = c.value
+                    elif op == OP_DELETE:
+                        new.pop(c.name, None)
+                    elif op in (OP_APPEND, OP_SUBTRACT):
+                        if TOPIC_CONFIGS[c.name].type.name != "LIST":
+                            raise KafkaError(f"{c.name} is not a list config",
+                                             ErrorCode.invalid_config)
+                        current = [x for x in new.get(c.name, format_config_value(
+                            controller.log_config_for(res.resource_name, new).value_of(c.name)
+                        )).split(",") if x]
+                        items = [x for x in (c.value or "").split(",") if x]
+                        if op == OP_APPEND:
+                            current += [x for x in items if x not in current]
+                        else:
+                            current = [x for x in current if x not in items]
+                        new[c.name] = ",".join(current)
+                    else:
+                        raise KafkaError(f"unknown config operation {op}", ErrorCode.invalid_request)
+            else:
+                new = {c.name: c.value for c in res.configs if c.value is not None}
+            await controller.set_topic_overrides(
+                res.resource_name, new, validate_only=bool(request.validate_only))
+            out.append(registry.build(resp_cls, error_code=ErrorCode.none, error_message=None,
+                                      resource_type=res.resource_type,
+                                      resource_name=res.resource_name))
+        except KafkaError as exc:
+            out.append(registry.build(resp_cls, error_code=exc.code,
+                                      error_message=str(exc) or None,
+                                      resource_type=res.resource_type,
+                                      resource_name=res.resource_name))
+    return registry.build(cls, throttle_time=datetime.timedelta(0), responses=tuple(out))
+
+
+async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    return await _alter(ctx, request, incremental=False)
+
+
+async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    return await _alter(ctx, request, incremental=True)

@@ -1,0 +1,55 @@
+"""What an API handler is given: the request header, the connection, and the broker's
+services (configuration, metadata cache, replica manager, controller, producer ids).
+
+Handlers reach storage and replication only through the replica manager and the
+controller (DESIGN.md layering).
+
+Concurrency: one context per request, used on the event loop thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from broker.protocol.framing import RequestHeader
+
+if TYPE_CHECKING:
+    from broker.clock import Clock
+    from broker.config import BrokerConfig
+    from broker.controller.controller import Controller
+    from broker.coordinator.producer_ids import ProducerIdManager
+    from broker.metadata.cache import MetadataCache
+    from broker.network.server import ConnectionInfo
+    from broker.replication.replica_manager import ReplicaManager
+
+
+@dataclass(slots=True)
+class BrokerServices:
+    """The broker's long-lived services, shared by every handler."""
+
+    broker_id: int
+    config: BrokerConfig
+    clock: Clock
+    metadata: MetadataCache
+    replica_manager: ReplicaManager
+    controller: Controller
+    producer_ids: ProducerIdManager
+
+
+@dataclass(slots=True)
+class RequestContext:
+    header: RequestHeader
+    connection: ConnectionInfo
+    services: BrokerServices
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+    def extra(self) -> dict[str, Any]:
+        return self.connection.extra

@@ -1,0 +1,164 @@
+"""Request dispatch: parse the header, check the API and version against the registry,
+decode the body with kio, run the API's handler, encode the response with its header.
+
+Error policy (as Kafka): a header that cannot be parsed, or a body that does not decode,
+closes the connection (the broker keeps serving everyone else). An ApiVersions request of a
+version the broker does not know is answered with a v0 response carrying
+UNSUPPORTED_VERSION and the supported ranges (KIP-511). Another API at an unsupported version
+is answered with UNSUPPORTED_VERSION where the response has a top-level error code, and
+otherwise closes the connection, which is what Kafka does when it cannot parse a request.
+
+Concurrency: one call per request on the event loop thread; handlers must do their
+order-sensitive synchronous work before their first ``await``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from broker.api import (
+    api_versions,
+    configs,
+    describe_cluster,
+    fetch,
+    list_offsets,
+    metadata,
+    produce,
+    producer_id,
+    records_admin,
+    topics,
+)
+from broker.api.context import BrokerServices, RequestContext
+from broker.network.server import CloseConnection, ConnectionInfo, Response
+from broker.protocol import registry
+from broker.protocol.errors import ErrorCode
+from broker.protocol.framing import (
+    API_VERSIONS_KEY,
+    InvalidRequestError,
+    parse_request_header,
+    response_header,
+    skip_tagged_fields,
+)
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+HANDLERS: dict[int, Handler] = {
+    0: produce.handle,
+    1: fetch.handle,
+    2: list_offsets.handle,
+    3: metadata.handle,
+    18: api_versions.handle,
+    19: topics.handle_create_topics,
+    20: topics.handle_delete_topics,
+    21: records_admin.handle_delete_records,
+    22: producer_id.handle_init_producer_id,
+    23: records_admin.handle_offset_for_leader_epoch,
+    32: configs.handle_describe_configs,
+    33: configs.handle_alter_configs,
+    37: topics.handle_create_partitions,
+    44: configs.handle_incremental_alter_configs,
+    60: describe_cluster.handle,
+}
+assert set(HANDLERS) == set(registry.SUPPORTED_APIS), "registry and handlers disagree"
+
+
+class Dispatcher:
+    """The connection handler the network server calls for every request frame."""
+
+    def __init__(self, services: BrokerServices) -> None:
+        self.services = services
+
+    async def __call__(self, conn: ConnectionInfo, frame: bytes) -> Response | None:
+        try:
+            header, pos = parse_request_header(frame)
+        except InvalidRequestError as exc:
+            raise CloseConnection(f"malformed request header: {exc}") from exc
+        api_key, version = header.api_key, header.api_version
+        if not registry.is_supported(api_key, version):
+            return self._unsupported(header.correlation_id, api_key, version)
+        try:
+            if registry.is_flexible(api_key, version):
+                pos = skip_tagged_fields(frame, pos)
+            request = registry.decode_request(api_key, version, frame, pos)
+        except Exception as exc:
+            raise CloseConnection(
+                f"malformed {registry.SUPPORTED_APIS[api_key][0]} v{version} request: {exc}"
+            ) from exc
+        ctx = RequestContext(header, conn, self.services)
+        try:
+            result = await HANDLERS[api_key](ctx, request)
+        except CloseConnection:
+            raise
+        except Exception as exc:
+            log.exception("handler for %s v%d failed", registry.SUPPORTED_APIS[api_key][0],
+                          version)
+            raise CloseConnection(f"internal error: {exc}") from exc
+        if result is None:
+            return None
+        hdr = response_header(
+            header.correlation_id, registry.response_uses_flexible_header(api_key, version)
+        )
+        if isinstance(result, Response):
+            return Response([hdr, *result.chunks], len(hdr) + result.size)
+        body = registry.encode(result)
+        return Response([hdr + body], len(hdr) + len(body))
+
+    def _unsupported(self, correlation_id: int, api_key: int, version: int) -> Response:
+        if api_key == API_VERSIONS_KEY:
+            body = registry.encode(api_versions.build_response(0, ErrorCode.unsupported_version))
+            hdr = response_header(correlation_id, False)
+            return Response([hdr + body], len(hdr) + len(body))
+        if api_key in registry.SUPPORTED_APIS:
+            try:
+                cls = registry.response_class(api_key, version)
+            except Exception as exc:
+                raise CloseConnection(f"unsupported API {api_key} v{version}") from exc
+            names = {f.name for f in dataclasses.fields(cls)}
+            if "error_code" in names:
+                response = _defaults(cls, error_code=ErrorCode.unsupported_version)
+                if response is not None:
+                    body = registry.encode(response)
+                    hdr = response_header(correlation_id, bool(cls.__flexible__))
+                    return Response([hdr + body], len(hdr) + len(body))
+        raise CloseConnection(f"unsupported API {api_key} v{version}")
+
+
+def _defaults(cls: type[Any], **overrides: Any) -> Any:
+    """An instance of a kio response with empty collections and zero values."""
+    import datetime
+    import typing
+
+    kwargs: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in overrides:
+            kwargs[f.name] = overrides[f.name]
+            continue
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            continue
+        hint = hints.get(f.name)
+        text = str(hint)
+        if "tuple" in text:
+            kwargs[f.name] = ()
+        elif "timedelta" in text or "Timedelta" in text:
+            kwargs[f.name] = datetime.timedelta(0)
+        elif "None" in text:
+            kwargs[f.name] = None
+        elif "str" in text:
+            kwargs[f.name] = ""
+        elif "bool" in text:
+            kwargs[f.name] = False
+        else:
+            try:
+                kwargs[f.name] = hint(0) if callable(hint) else 0
+            except Exception:  # noqa: BLE001
+                return None
+    try:
+        return cls(**kwargs)
+    except Exception:  # noqa: BLE001
+        return None

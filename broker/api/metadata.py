@@ -1,0 +1,99 @@
+"""Metadata (key 3): brokers, controller, cluster id, and topic partition leadership.
+
+Topics that do not exist are auto-created when ``auto.create.topics.enable`` is set and the
+request allows it (v4+ ``allow_auto_topic_creation``; always allowed before v4), with
+``num.partitions`` and ``default.replication.factor``. A v0 request with an empty topic list,
+or a v1+ request with a null list, asks for every topic.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from broker.api.context import RequestContext
+from broker.controller.topic_admin import validate_topic_name
+from broker.metadata.cache import TopicInfo
+from broker.protocol import registry
+from broker.protocol.errors import ErrorCode, KafkaError
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    services = ctx.services
+    cache = services.metadata
+    version = ctx.version
+    cls = registry.response_class(3, version)
+    broker_cls = registry.nested(cls, "MetadataResponseBroker")
+    topic_cls = registry.nested(cls, "MetadataResponseTopic")
+    part_cls = registry.nested(cls, "MetadataResponsePartition")
+
+    requested = request.topics
+    all_topics = requested is None or (version == 0 and len(requested) == 0)
+    errors: dict[str, ErrorCode] = {}
+    names: list[str] = []
+    if all_topics:
+        names = [t.name for t in cache.topics()]
+    else:
+        for t in requested:
+            name = t.name
+            if name is None and getattr(t, "topic_id", None) is not None:
+                info = cache.topic_by_id(t.topic_id)
+                name = info.name if info else None
+            if name is not None:
+                names.append(name)
+        allow_auto = getattr(request, "allow_auto_topic_creation", True)
+        missing = [n for n in names if cache.topic(n) is None]
+        if missing and allow_auto and services.config["auto.create.topics.enable"]:
+            for name in missing:
+                try:
+                    validate_topic_name(name)
+                    await services.controller.create_topic(
+                        name,
+                        num_partitions=services.config["num.partitions"],
+                        replication_factor=services.config["default.replication.factor"],
+                    )
+                except KafkaError as exc:
+                    if exc.code != ErrorCode.topic_already_exists:
+                        errors[name] = exc.code
+
+    topics = []
+    for name in names:
+        info: TopicInfo | None = cache.topic(name)
+        if info is None:
+            topics.append(registry.build(
+                topic_cls, error_code=errors.get(name, ErrorCode.unknown_topic_or_partition),
+                name=name, topic_id=None, is_internal=False, partitions=(),
+                topic_authorized_operations=-2147483648,
+            ))
+            continue
+        partitions = tuple(
+            registry.build(
+                part_cls,
+                error_code=ErrorCode.none if p.leader >= 0 else ErrorCode.leader_not_available,
+                partition_index=p.partition,
+                leader_id=p.leader,
+                leader_epoch=p.leader_epoch,
+                replica_nodes=p.replicas,
+                isr_nodes=p.isr,
+                offline_replicas=p.offline_replicas,
+            )
+            for p in sorted(info.partitions.values(), key=lambda p: p.partition)
+        )
+        topics.append(registry.build(
+            topic_cls, error_code=errors.get(name, ErrorCode.none), name=name,
+            topic_id=info.topic_id, is_internal=info.internal, partitions=partitions,
+            topic_authorized_operations=-2147483648,
+        ))
+    brokers = tuple(
+        registry.build(broker_cls, node_id=b.id, host=b.host, port=b.port, rack=b.rack)
+        for b in cache.brokers()
+    )
+    return registry.build(
+        cls,
+        throttle_time=datetime.timedelta(0),
+        brokers=brokers,
+        cluster_id=cache.cluster_id,
+        controller_id=cache.controller_id,
+        topics=tuple(topics),
+        cluster_authorized_operations=-2147483648,
+    )

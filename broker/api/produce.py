@@ -1,0 +1,71 @@
+"""Produce (key 0): validate and append each partition's record batches.
+
+acks=0 sends no response; acks=1 answers after the leader's append; acks=-1 (all) answers
+once the in-sync replicas have the records (the replica manager's purgatory), or with
+REQUEST_TIMED_OUT after the request's timeout. Transactional produce arrives with the
+transactions issue; until then a request carrying a transactional id is refused with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients treat as fatal rather than retrying.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from broker.api.context import RequestContext
+from broker.protocol import registry
+from broker.protocol.errors import ErrorCode
+from broker.replication.replica_manager import ProduceResult
+from broker.types import TopicPartition
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+async def handle(ctx: RequestContext, request: Any) -> Any:
+    acks = int(request.acks)
+    entries: dict[TopicPartition, bytes | None] = {}
+    results: dict[TopicPartition, ProduceResult] = {}
+    for topic in request.topic_data:
+        for part in topic.partition_data:
+            tp = TopicPartition(topic.name, int(part.index))
+            if request.transactional_id is not None:
+                results[tp] = ProduceResult(
+                    ErrorCode.transactional_id_authorization_failed,
+                    error_message="transactions are not supported yet",
+                )
+            elif acks not in (0, 1, -1):
+                results[tp] = ProduceResult(ErrorCode.invalid_required_acks)
+            else:
+                entries[tp] = part.records
+    timeout_ms = int(request.timeout.total_seconds() * 1000)
+    if entries:
+        results.update(
+            await ctx.services.replica_manager.append_records(
+                entries, required_acks=acks, timeout_ms=timeout_ms
+            )
+        )
+    if acks == 0:
+        return None
+    return build_response(ctx.version, request, results)
+
+
+def build_response(version: int, request: Any, results: dict[TopicPartition, ProduceResult]) -> Any:
+    cls = registry.response_class(0, version)
+    topic_cls = registry.nested(cls, "TopicProduceResponse")
+    part_cls = registry.nested(cls, "PartitionProduceResponse")
+    topics = []
+    for topic in request.topic_data:
+        parts = []
+        for part in topic.partition_data:
+            r = results[TopicPartition(topic.name, int(part.index))]
+            append_time = (
+                None if r.log_append_time < 0
+                else _EPOCH + datetime.timedelta(milliseconds=r.log_append_time)
+            )
+            parts.append(registry.build(
+                part_cls, index=part.index, error_code=r.error, base_offset=r.base_offset,
+                log_append_time=append_time, log_start_offset=r.log_start_offset,
+                record_errors=(), error_message=r.error_message,
+            ))
+        topics.append(registry.build(topic_cls, name=topic.name, partition_responses=tuple(parts)))
+    return registry.build(cls, responses=tuple(topics), throttle_time=datetime.timedelta(0))

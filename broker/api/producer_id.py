@@ -1,0 +1,27 @@
+"""InitProducerId (22) for idempotent (non-transactional) producers: a fresh producer id
+with epoch 0 from the broker's ZooKeeper-backed block allocator. A transactional id is
+refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED until the transactions issue lands."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from broker.api.context import RequestContext
+from broker.protocol import registry
+from broker.protocol.errors import ErrorCode, KafkaError
+
+
+async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
+    cls = registry.response_class(22, ctx.version)
+    if request.transactional_id is not None:
+        return registry.build(cls, throttle_time=datetime.timedelta(0),
+                              error_code=ErrorCode.transactional_id_authorization_failed,
+                              producer_id=-1, producer_epoch=-1)
+    try:
+        pid = await ctx.services.producer_ids.next_id()
+    except KafkaError as exc:
+        return registry.build(cls, throttle_time=datetime.timedelta(0), error_code=exc.code,
+                              producer_id=-1, producer_epoch=-1)
+    return registry.build(cls, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none,
+                          producer_id=pid, producer_epoch=0)

@@ -1,0 +1,55 @@
+"""``millrace broker start --config FILE [--set key=value ...]``: run a broker in the
+foreground until SIGTERM or SIGINT, then shut down cleanly."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("broker", help="run a broker")
+    sub = p.add_subparsers(dest="broker_command", metavar="ACTION", required=True)
+    start = sub.add_parser("start", help="start a broker in the foreground")
+    start.add_argument("--config", required=True, help="server.properties file")
+    start.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a broker property (repeatable)")
+    start.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from broker.config import BrokerConfig, ConfigError, parse_set_options, read_properties
+    from broker.server import Broker
+
+    path = Path(args.config)
+    if not path.is_file():
+        sys.stderr.write(f"millrace broker: config file {path} not found\n")
+        return 2
+    try:
+        props = read_properties(path)
+        props.update(parse_set_options(args.set))
+        config = BrokerConfig(props)
+    except ConfigError as exc:
+        sys.stderr.write(f"millrace broker: {exc}\n")
+        return 2
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await Broker(config).run_until(stop)
+
+    try:
+        asyncio.run(main())
+    except Exception as exc:
+        from broker.controller.zk_client import BrokerIdAlreadyRegisteredError
+
+        if isinstance(exc, BrokerIdAlreadyRegisteredError | ConfigError):
+            sys.stderr.write(f"millrace broker: {exc}\n")
+            return 1
+        raise
+    return 0

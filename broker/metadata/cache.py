@@ -1,0 +1,84 @@
+"""The broker-side metadata cache: live brokers, topics, partition leadership.
+
+Filled from ZooKeeper state (and, with the cluster issue, from the controller's
+UpdateMetadata requests). Metadata, DescribeCluster, Produce and Fetch answer from it.
+
+Concurrency: read and written only on the broker's event loop thread; values are immutable
+and replaced whole, so a handler that holds one never sees it change.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from broker.types import BrokerId
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    id: BrokerId
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+    internal: bool = False
+
+
+class MetadataCache:
+    """What this broker believes about the cluster."""
+
+    def __init__(self, cluster_id: str = "") -> None:
+        self.cluster_id = cluster_id
+        self.controller_id: int = -1
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._topics: dict[str, TopicInfo] = {}
+
+    # brokers
+    def set_brokers(self, brokers: list[BrokerInfo]) -> None:
+        self._brokers = {b.id: b for b in brokers}
+
+    def brokers(self) -> list[BrokerInfo]:
+        return sorted(self._brokers.values(), key=lambda b: b.id)
+
+    def broker(self, broker_id: int) -> BrokerInfo | None:
+        return self._brokers.get(broker_id)
+
+    # topics
+    def put_topic(self, topic: TopicInfo) -> None:
+        self._topics[topic.name] = topic
+
+    def remove_topic(self, name: str) -> None:
+        self._topics.pop(name, None)
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        for t in self._topics.values():
+            if t.topic_id == topic_id:
+                return t
+        return None
+
+    def topics(self) -> list[TopicInfo]:
+        return sorted(self._topics.values(), key=lambda t: t.name)
+
+    def partition(self, topic: str, partition: int) -> PartitionInfo | None:
+        t = self._topics.get(topic)
+        return None if t is None else t.partitions.get(partition)

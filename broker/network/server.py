@@ -1,0 +1,250 @@
+"""The asyncio socket server: accept loop and one task pair per connection.
+
+Theory of operation. For each connection a reader task reads size-prefixed frames and
+starts a handler task for each request *in arrival order*; handlers do their synchronous
+work (e.g. the log append of a produce) before their first ``await``, so requests on one
+connection take effect in order. The handler tasks go into a bounded queue
+(``queued.max.requests``): when it is full the reader stops reading, which is the
+backpressure (TCP pushes back on the client). A writer task takes tasks from the queue in
+order and writes each response, so responses always leave in request order even when a
+later request finished first (Kafka's contract). A response is a list of chunks: ``bytes``
+written to the transport, or a file region (an object with ``file``, ``position``, ``size``)
+sent with ``loop.sendfile`` (``os.sendfile`` under the hood) so fetched log bytes never pass
+through Python.
+
+Limits: a frame larger than ``socket.request.max.bytes`` (or negative) closes the
+connection before anything is allocated; a connection with no request in flight and no
+bytes received for ``connections.max.idle.ms`` is closed. A handler that raises for a
+malformed request closes only that connection; every other client is unaffected.
+
+Concurrency: everything runs on the broker's event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from broker.protocol.framing import size_prefix
+
+log = logging.getLogger(__name__)
+
+
+class FileRegion(Protocol):
+    file: Any
+    position: int
+    size: int
+
+
+Chunk = bytes | FileRegion
+
+
+@dataclass(slots=True)
+class Response:
+    """A response as chunks; ``size`` is the total bytes after the 4-byte size prefix."""
+
+    chunks: list[Chunk]
+    size: int
+
+
+class _RegionFile:
+    """A view of an open file for ``loop.sendfile`` that never moves the real file's
+    position: asyncio seeks the file it is given, and the segment's file is shared."""
+
+    mode = "rb"
+
+    def __init__(self, file: Any) -> None:
+        self._fd = file.fileno()
+        self._pos = 0
+
+    def fileno(self) -> int:
+        return int(self._fd)
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._pos = pos
+        return pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, buf: Any) -> int:
+        data = os.pread(self._fd, len(buf), self._pos)
+        buf[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+class CloseConnection(Exception):
+    """Raised by a handler to close the connection (malformed or unacceptable request)."""
+
+
+@dataclass(slots=True)
+class ConnectionInfo:
+    """What handlers may know about the connection a request arrived on."""
+
+    peer: str
+    listener: str
+    connection_id: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# A request handler takes the connection and the whole request frame and returns the
+# response, or None when no response is owed (Produce with acks=0).
+RequestHandler = Callable[[ConnectionInfo, bytes], Awaitable[Response | None]]
+
+
+class KafkaServer:
+    """Listens on one address and serves Kafka requests with ``handler``."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        handler: RequestHandler,
+        *,
+        listener_name: str = "PLAINTEXT",
+        max_request_bytes: int = 104_857_600,
+        max_queued_requests: int = 500,
+        idle_timeout_s: float = 600.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._handler = handler
+        self._listener = listener_name
+        self._max_request_bytes = max_request_bytes
+        self._max_queued = max_queued_requests
+        self._idle_timeout_s = idle_timeout_s
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._next_id = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, reuse_address=True, limit=2**20
+        )
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+        log.info("listening on %s:%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        """Stop accepting, then close every connection."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        for task in list(self._connections):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        self._next_id += 1
+        peer = writer.get_extra_info("peername")
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        info = ConnectionInfo(f"{peer[0]}:{peer[1]}" if peer else "?", self._listener,
+                              self._next_id)
+        queue: asyncio.Queue[asyncio.Task[Response | None] | None] = asyncio.Queue(
+            self._max_queued
+        )
+        writer_task = asyncio.create_task(self._write_loop(queue, writer, info))
+        try:
+            await self._read_loop(reader, queue, info, writer_task)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except CloseConnection as exc:
+            log.info("closing connection %s: %s", info.peer, exc)
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(None)
+            if not writer_task.done():
+                try:
+                    await asyncio.wait_for(asyncio.shield(writer_task), 30)
+                except (TimeoutError, asyncio.CancelledError, Exception):  # noqa: BLE001
+                    writer_task.cancel()
+            with contextlib.suppress(Exception):
+                writer.close()
+            self._connections.discard(task)
+
+    async def _read_loop(
+        self,
+        reader: asyncio.StreamReader,
+        queue: asyncio.Queue[asyncio.Task[Response | None] | None],
+        info: ConnectionInfo,
+        writer_task: asyncio.Task[None],
+    ) -> None:
+        while not writer_task.done():
+            try:
+                if queue.empty():
+                    prefix = await asyncio.wait_for(reader.readexactly(4),
+                                                    self._idle_timeout_s)
+                else:
+                    prefix = await reader.readexactly(4)
+            except TimeoutError:
+                log.info("closing idle connection %s", info.peer)
+                return
+            size = int.from_bytes(prefix, "big", signed=True)
+            if size < 0 or size > self._max_request_bytes:
+                raise CloseConnection(
+                    f"request of {size} bytes exceeds socket.request.max.bytes "
+                    f"{self._max_request_bytes}"
+                )
+            frame = await reader.readexactly(size)
+            handler_task = asyncio.create_task(self._handler(info, frame))
+            await queue.put(handler_task)
+
+    async def _write_loop(
+        self,
+        queue: asyncio.Queue[asyncio.Task[Response | None] | None],
+        writer: asyncio.StreamWriter,
+        info: ConnectionInfo,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        transport = writer.transport
+        try:
+            while True:
+                task = await queue.get()
+                if task is None:
+                    return
+                try:
+                    response = await task
+                except CloseConnection as exc:
+                    log.info("closing connection %s: %s", info.peer, exc)
+                    transport.abort()
+                    return
+                if response is None:
+                    continue
+                writer.write(size_prefix(response.size))
+                for chunk in response.chunks:
+                    if isinstance(chunk, bytes | bytearray | memoryview):
+                        writer.write(chunk)
+                    else:
+                        await writer.drain()
+                        await loop.sendfile(transport, _RegionFile(chunk.file),
+                                            chunk.position, chunk.size)
+                await writer.drain()
+        except (ConnectionError, OSError) as exc:
+            log.debug("connection %s write failed: %s", info.peer, exc)
+            transport.abort()
+        finally:
+            while not queue.empty():
+                pending = queue.get_nowait()
+                if pending is not None:
+                    pending.cancel()

@@ -1,0 +1,116 @@
+"""The API registry: which APIs and versions the broker implements, and the kio message
+classes for each (request, response) pair. ApiVersions answers from this table, so the
+broker advertises exactly what it implements.
+
+Version ranges are chosen so that librdkafka 2.x, kafka-python 3.x and the Kafka 3.9/4.x Java
+clients all find a common version, while staying below versions whose semantics Millrace
+does not implement yet (e.g. Fetch v13+ and Produce v13 address topics by id only).
+
+``build`` constructs a kio dataclass from keyword arguments, dropping the fields that a
+particular version does not have, so a handler can describe one response for every
+version it supports.
+
+Concurrency: the tables are immutable after import; the class caches are thread-safe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import sys
+from functools import cache
+from typing import Any, TypeVar
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from broker.protocol.framing import API_VERSIONS_KEY
+
+T = TypeVar("T")
+
+# api_key -> (name, min_version, max_version)
+SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
+    0: ("Produce", 3, 9),
+    1: ("Fetch", 4, 12),
+    2: ("ListOffsets", 1, 7),
+    3: ("Metadata", 0, 12),
+    18: ("ApiVersions", 0, 3),
+    19: ("CreateTopics", 2, 7),
+    20: ("DeleteTopics", 1, 6),
+    21: ("DeleteRecords", 0, 2),
+    22: ("InitProducerId", 0, 4),
+    23: ("OffsetForLeaderEpoch", 2, 4),
+    32: ("DescribeConfigs", 1, 4),
+    33: ("AlterConfigs", 0, 2),
+    37: ("CreatePartitions", 0, 3),
+    44: ("IncrementalAlterConfigs", 0, 1),
+    60: ("DescribeCluster", 0, 1),
+}
+
+
+def is_supported(api_key: int, version: int) -> bool:
+    entry = SUPPORTED_APIS.get(api_key)
+    return entry is not None and entry[1] <= version <= entry[2]
+
+
+@cache
+def request_class(api_key: int, version: int) -> type[Any]:
+    return load_request_schema(api_key, version)
+
+
+@cache
+def response_class(api_key: int, version: int) -> type[Any]:
+    return load_response_schema(api_key, version)
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    """Whether (api_key, version) uses flexible encoding (request header v2)."""
+    try:
+        return bool(request_class(api_key, version).__flexible__)
+    except Exception:  # noqa: BLE001 - an unknown schema is simply not flexible
+        return False
+
+
+def response_uses_flexible_header(api_key: int, version: int) -> bool:
+    """ApiVersions responses always use header v0 (KIP-511)."""
+    if api_key == API_VERSIONS_KEY:
+        return False
+    return bool(response_class(api_key, version).__flexible__)
+
+
+@cache
+def _reader(cls: type[Any]) -> Any:
+    return entity_reader(cls)
+
+
+@cache
+def _writer(cls: type[Any]) -> Any:
+    return entity_writer(cls)
+
+
+def decode_request(api_key: int, version: int, buf: bytes | memoryview, pos: int) -> Any:
+    cls = request_class(api_key, version)
+    value, _size = _reader(cls)(buf, pos)
+    return value
+
+
+def encode(entity: Any) -> bytes:
+    out = io.BytesIO()
+    _writer(type(entity))(out, entity)
+    return out.getvalue()
+
+
+@cache
+def _field_names(cls: type[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def nested(cls: type[Any], name: str) -> type[Any]:
+    """The nested message class ``name`` from the same kio module (same version) as ``cls``."""
+    return getattr(sys.modules[cls.__module__], name)  # type: ignore[no-any-return]
+
+
+def build(cls: type[T], **kwargs: Any) -> T:
+    """Instantiate a kio dataclass, ignoring fields this version does not define."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in kwargs.items() if k in names})
