@@ -1,0 +1,101 @@
+"""The asyncio server: in-order responses, frame limits, idle timeout, isolation of a bad
+connection (broker/network/server.py), with a stand-in request handler."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+
+from broker.network.server import CloseConnection, ConnectionInfo, KafkaServer, Response
+
+pytestmark = pytest.mark.unit
+
+
+async def _echo_after(conn: ConnectionInfo, frame: bytes) -> Response | None:
+    """Frame = delay_ms (int32) + payload; answers payload after the delay; b'close' closes,
+    b'none' sends no response."""
+    (delay,) = struct.unpack_from(">i", frame)
+    payload = frame[4:]
+    await asyncio.sleep(delay / 1000)
+    if payload == b"close":
+        raise CloseConnection("asked to")
+    if payload == b"none":
+        return None
+    return Response([payload[:2], payload[2:]], len(payload))
+
+
+def _frame(delay_ms: int, payload: bytes) -> bytes:
+    body = struct.pack(">i", delay_ms) + payload
+    return struct.pack(">i", len(body)) + body
+
+
+async def _read(reader: asyncio.StreamReader) -> bytes:
+    size = struct.unpack(">i", await reader.readexactly(4))[0]
+    return await reader.readexactly(size)
+
+
+async def _with_server(fn, **kw):  # type: ignore[no-untyped-def]
+    server = KafkaServer("127.0.0.1", 0, _echo_after, **kw)
+    await server.start()
+    try:
+        return await fn(server.port)
+    finally:
+        await server.stop()
+
+
+def test_responses_come_back_in_request_order() -> None:
+    async def run(port: int) -> list[bytes]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(_frame(200, b"first") + _frame(0, b"none") + _frame(0, b"second"))
+        got = [await _read(reader), await _read(reader)]
+        writer.close()
+        return got
+
+    assert asyncio.run(_with_server(run)) == [b"first", b"second"]
+
+
+def test_oversized_frame_closes_only_that_connection() -> None:
+    async def run(port: int) -> tuple[bytes, bytes]:
+        bad_r, bad_w = await asyncio.open_connection("127.0.0.1", port)
+        good_r, good_w = await asyncio.open_connection("127.0.0.1", port)
+        bad_w.write(struct.pack(">i", 200 * 2**20))  # announce 200 MB, send nothing more
+        await bad_w.drain()
+        closed = await asyncio.wait_for(bad_r.read(), 5)
+        good_w.write(_frame(0, b"still-served"))
+        answer = await _read(good_r)
+        good_w.close()
+        return closed, answer
+
+    closed, answer = asyncio.run(_with_server(run, max_request_bytes=1024))
+    assert closed == b""
+    assert answer == b"still-served"
+
+
+def test_negative_size_closes_the_connection() -> None:
+    async def run(port: int) -> bytes:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(struct.pack(">i", -5))
+        return await asyncio.wait_for(r.read(), 5)
+
+    assert asyncio.run(_with_server(run)) == b""
+
+
+def test_handler_close_drops_connection_after_earlier_responses() -> None:
+    async def run(port: int) -> tuple[bytes, bytes]:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(_frame(0, b"ok") + _frame(0, b"close") + _frame(0, b"never"))
+        first = await _read(r)
+        rest = await asyncio.wait_for(r.read(), 5)
+        return first, rest
+
+    assert asyncio.run(_with_server(run)) == (b"ok", b"")
+
+
+def test_idle_connections_are_closed() -> None:
+    async def run(port: int) -> bytes:
+        r, _w = await asyncio.open_connection("127.0.0.1", port)
+        return await asyncio.wait_for(r.read(), 5)
+
+    assert asyncio.run(_with_server(run, idle_timeout_s=0.2)) == b""
