@@ -1,0 +1,44 @@
+"""Fixtures shared by every test tier. Keep this file small; tier-specific fixtures live in the
+tier's own conftest.py.
+
+* ``free_port()``: a free TCP port on 127.0.0.1, never the same twice in one session.
+* ``zookeeper`` (session-scoped): the connect string (``127.0.0.1:PORT``) of one embedded
+  ZooKeeper started from pyspark's jars (tickTime 500 ms, so sessions may be as short as
+  1 s); stopped by its pid at teardown, even when tests fail. Tests that need isolation use a
+  chroot of their own: ``f"{zookeeper}/{unique_name}"`` (ZkClient creates it).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+_handed_out: set[int] = set()
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1, never the same one twice in this session."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no free port found")
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Connect string of a session-wide embedded ZooKeeper."""
+    from broker.zookeeper import EmbeddedZooKeeper
+
+    zk = EmbeddedZooKeeper(free_port(), tmp_path_factory.mktemp("zookeeper"), tick_time=500)
+    try:
+        zk.start(timeout=60)
+        yield zk.connect_string
+    finally:
+        zk.stop()
