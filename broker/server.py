@@ -87,15 +87,16 @@ class Broker:
             cfg, self.log_manager, clock=self.clock, broker_id=self.broker_id
         )
         metadata = MetadataCache(cluster_id)
-        advertised = cfg.advertised_listeners[0]
         await zk.register_broker(
-            znodes.BrokerRegistration(
-                broker_id=self.broker_id,
-                host=advertised.host,
-                port=advertised.port,
+            znodes.BrokerIdZNode.create(
+                self.broker_id,
+                [str(x) for x in cfg.advertised_listeners],
+                security_protocols={x.name: "PLAINTEXT" for x in cfg.advertised_listeners},
                 rack=cfg["broker.rack"],
-                endpoints=[str(x) for x in cfg.advertised_listeners],
-            )
+            ),
+            # a hard-killed previous instance's ephemeral znode lives until its session
+            # expires; wait that long before refusing a duplicate id
+            wait_s=cfg["zookeeper.session.timeout.ms"] / 1000.0 + 2.0,
         )
         self.controller = Controller(zk, metadata, self.replica_manager, cfg, self.broker_id)
         await self.controller.startup()

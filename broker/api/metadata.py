@@ -37,8 +37,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         for t in requested:
             name = t.name
             if name is None and getattr(t, "topic_id", None) is not None:
-                info = cache.topic_by_id(t.topic_id)
-                name = info.name if info else None
+                by_id = cache.topic_by_id(t.topic_id)
+                name = by_id.name if by_id else None
             if name is not None:
                 names.append(name)
         allow_auto = getattr(request, "allow_auto_topic_creation", True)

@@ -51,8 +51,7 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
             try:
                 partition = rm.leader_partition(tp)
                 partition.check_leader_epoch(int(p.current_leader_epoch))
-                epoch, end = partition.log.leader_epoch_cache.end_offset_for(
-                    int(p.leader_epoch), partition.log.log_end_offset)
+                epoch, end = partition.log.leader_epoch_cache.end_offset_for(int(p.leader_epoch))
                 parts.append(registry.build(part_cls, error_code=ErrorCode.none,
                                             partition=p.partition, leader_epoch=epoch,
                                             end_offset=end))

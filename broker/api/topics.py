@@ -15,7 +15,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     cls = registry.response_class(19, ctx.version)
     result_cls = registry.nested(cls, "CreatableTopicResult")
-    config_cls = registry.nested(cls, "CreatableTopicConfigs")
+    config_cls = registry.nested_optional(cls, "CreatableTopicConfigs")
     controller = ctx.services.controller
     config = ctx.services.config
     results = []
@@ -56,14 +56,16 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 replication_factor=len(next(iter(info.partitions.values())).replicas),
             )
             log_config = controller.log_config_for(t.name, overrides)
-            kwargs["configs"] = tuple(
-                registry.build(
-                    config_cls, name=name, value=format_config_value(log_config.value_of(name)),
-                    read_only=False, config_source=1 if name in overrides else 5,
-                    is_sensitive=False,
+            if config_cls is not None:
+                kwargs["configs"] = tuple(
+                    registry.build(
+                        config_cls, name=name,
+                        value=format_config_value(log_config.value_of(name)),
+                        read_only=False, config_source=1 if name in overrides else 5,
+                        is_sensitive=False,
+                    )
+                    for name in sorted(TOPIC_CONFIGS)
                 )
-                for name in sorted(TOPIC_CONFIGS)
-            )
         except KafkaError as exc:
             kwargs.update(error_code=exc.code, error_message=str(exc) or None)
         results.append(registry.build(result_cls, topic_config_error_code=0, **kwargs))

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("broker", help="run a broker")
     sub = p.add_subparsers(dest="broker_command", metavar="ACTION", required=True)
     start = sub.add_parser("start", help="start a broker in the foreground")

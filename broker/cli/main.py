@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 
 SUBCOMMAND_MODULES = (
@@ -29,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Millrace: a Kafka-compatible event streaming platform built for Spark.",
     )
     parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    parser.add_argument("--log-config", default=None, metavar="FILE",
+                        help="logging dictConfig JSON file (e.g. conf/logging.json)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
         try:
@@ -44,10 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
-        format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":%(message)r}',
-    )
+    from broker.cli.logsetup import configure
+
+    configure(str(args.log_level), args.log_config)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -34,6 +34,7 @@ from broker.controller.topic_admin import (
     validate_configs,
     validate_topic_name,
 )
+from broker.controller.zk_client import TopicExistsError as ZkTopicExistsError
 from broker.controller.zk_client import ZkClient
 from broker.metadata.cache import BrokerInfo, MetadataCache, PartitionInfo, TopicInfo
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -72,21 +73,38 @@ class Controller:
         return self.epoch is not None
 
     async def startup(self) -> None:
+        self.zk.on_session_lost(self._on_session_lost)
+        self.zk.on_reconnected(self._on_reconnected)
+        await self._elect()
+        async with self._lock:
+            for name in sorted(await self.zk.get_all_topics()):
+                await self._load_topic(name)
+
+    def _on_session_lost(self) -> None:
+        """A lost ZooKeeper session means another broker may be controller now: stop acting
+        on stale leadership until a new session re-runs the election."""
+        if self.epoch is not None:
+            log.warning("ZooKeeper session lost: resigning as controller (epoch %d)", self.epoch)
+        self.epoch = None
+
+    async def _on_reconnected(self) -> None:
+        await self._elect()
+
+    async def _elect(self) -> None:
         self.epoch = await self.zk.try_elect_controller(self.broker_id)
         self.metadata.controller_id = (
             self.broker_id if self.epoch is not None else (await self.zk.get_controller() or -1)
         )
         await self.refresh_brokers()
-        async with self._lock:
-            for name in sorted(await self.zk.get_all_topics()):
-                await self._load_topic(name)
 
     async def refresh_brokers(self) -> None:
         brokers = []
         for broker_id in await self.zk.get_broker_ids():
             node = await self.zk.get_broker(broker_id)
             if node is not None:
-                brokers.append(BrokerInfo(BrokerId(broker_id), node.host, node.port, node.rack))
+                brokers.append(
+                    BrokerInfo(BrokerId(broker_id), node.host or "", node.port, node.rack)
+                )
         self.metadata.set_brokers(brokers)
 
     def live_broker_ids(self) -> list[int]:
@@ -150,7 +168,10 @@ class Controller:
             })
             if validate_only:
                 return info
-            await self.zk.create_topic(name, assignment, clean, topic_id)
+            try:
+                await self.zk.create_topic(name, assignment, clean, topic_id)
+            except ZkTopicExistsError as exc:
+                raise TopicExistsError(f"topic {name!r} already exists") from exc
             self._overrides[name] = clean
             await self._elect_leaders(name, topic_id, assignment, {})
             return self.metadata.topic(name) or info
@@ -188,7 +209,11 @@ class Controller:
             if validate_only:
                 return
             full = {p: list(pi.replicas) for p, pi in info.partitions.items()} | new
-            await self.zk.set_topic_assignment(name, full, info.topic_id)
+            current_znode = await self.zk.get_topic_with_version(name)
+            if current_znode is None or await self.zk.set_topic_assignment(
+                name, full, current_znode.zk_version
+            ) is None:
+                raise KafkaError(f"topic {name!r} changed concurrently", ErrorCode.not_controller)
             await self._elect_leaders(name, info.topic_id, new, dict(info.partitions))
 
     async def delete_topic(self, name: str) -> None:
@@ -223,7 +248,7 @@ class Controller:
         self._overrides[name] = dict(await self.zk.get_topic_config(name))
         topic_id = topic.topic_id if topic.topic_id is not None else uuid.uuid4()
         existing: dict[int, PartitionInfo] = {}
-        await self._elect_leaders(name, topic_id, topic.partitions, existing, reload=True)
+        await self._elect_leaders(name, topic_id, topic.assignment, existing, reload=True)
 
     async def _elect_leaders(
         self,

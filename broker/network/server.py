@@ -27,9 +27,9 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from broker.protocol.framing import size_prefix
 
@@ -37,9 +37,14 @@ log = logging.getLogger(__name__)
 
 
 class FileRegion(Protocol):
-    file: Any
-    position: int
-    size: int
+    @property
+    def file(self) -> Any: ...
+
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
 
 
 Chunk = bytes | FileRegion
@@ -96,7 +101,7 @@ class ConnectionInfo:
 
 # A request handler takes the connection and the whole request frame and returns the
 # response, or None when no response is owed (Produce with acks=0).
-RequestHandler = Callable[[ConnectionInfo, bytes], Awaitable[Response | None]]
+RequestHandler = Callable[[ConnectionInfo, bytes], Coroutine[Any, Any, Response | None]]
 
 
 class KafkaServer:
@@ -237,7 +242,7 @@ class KafkaServer:
                         writer.write(chunk)
                     else:
                         await writer.drain()
-                        await loop.sendfile(transport, _RegionFile(chunk.file),
+                        await loop.sendfile(transport, cast(Any, _RegionFile(chunk.file)),
                                             chunk.position, chunk.size)
                 await writer.drain()
         except (ConnectionError, OSError) as exc:

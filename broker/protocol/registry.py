@@ -78,14 +78,23 @@ def response_uses_flexible_header(api_key: int, version: int) -> bool:
     return bool(response_class(api_key, version).__flexible__)
 
 
-@cache
-def _reader(cls: type[Any]) -> Any:
-    return entity_reader(cls)
+_READERS: dict[Any, Any] = {}
+_WRITERS: dict[Any, Any] = {}
+_FIELDS: dict[Any, frozenset[str]] = {}
 
 
-@cache
-def _writer(cls: type[Any]) -> Any:
-    return entity_writer(cls)
+def _reader(cls: Any) -> Any:
+    reader = _READERS.get(cls)
+    if reader is None:
+        reader = _READERS[cls] = entity_reader(cls)
+    return reader
+
+
+def _writer(cls: Any) -> Any:
+    writer = _WRITERS.get(cls)
+    if writer is None:
+        writer = _WRITERS[cls] = entity_writer(cls)
+    return writer
 
 
 def decode_request(api_key: int, version: int, buf: bytes | memoryview, pos: int) -> Any:
@@ -100,14 +109,22 @@ def encode(entity: Any) -> bytes:
     return out.getvalue()
 
 
-@cache
-def _field_names(cls: type[Any]) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls))
+def _field_names(cls: Any) -> frozenset[str]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = frozenset(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 def nested(cls: type[Any], name: str) -> type[Any]:
     """The nested message class ``name`` from the same kio module (same version) as ``cls``."""
-    return getattr(sys.modules[cls.__module__], name)  # type: ignore[no-any-return]
+    return getattr(sys.modules[cls.__module__], name)
+
+
+def nested_optional(cls: type[Any], name: str) -> type[Any] | None:
+    """Like :func:`nested`, or None when this version has no such message."""
+    found = getattr(sys.modules[cls.__module__], name, None)
+    return found if isinstance(found, type) else None
 
 
 def build(cls: type[T], **kwargs: Any) -> T:

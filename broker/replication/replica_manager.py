@@ -358,7 +358,7 @@ class ReplicaManager:
         for log_dir in self.log_manager.log_dirs:
             by_dir[Path(log_dir)] = {}
         for tp, partition in self.partitions.items():
-            parent = Path(partition.log.directory).parent
+            parent = Path(partition.log.dir).parent
             by_dir.setdefault(parent, {})[tp] = partition.high_watermark
         for parent, hws in by_dir.items():
             if parent.exists():
