@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.config as logging_config
 import sys
 
 
@@ -27,10 +28,8 @@ def configure(level: str = "WARNING", config_file: str | None = None) -> None:
     """Set up logging from ``config_file`` (dictConfig JSON) if given, else JSON lines on
     stderr at ``level``."""
     if config_file:
-        import logging.config
-
         with open(config_file) as fh:
-            logging.config.dictConfig(json.load(fh))
+            logging_config.dictConfig(json.load(fh))
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())

@@ -71,6 +71,7 @@ class Partition:
         self.isr = isr
         self.replica_leos: dict[int, int] = {}
         self.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
+        log.high_watermark = self.high_watermark
         if self.is_leader:
             self.maybe_increment_high_watermark()
 
@@ -124,6 +125,7 @@ class Partition:
         new_hw = min(leos)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
+            self.log.high_watermark = new_hw
             return True
         return False
 

@@ -1,0 +1,295 @@
+"""The sparse offset index of one segment (``<base offset>.index``), and the file handling it
+shares with the time index.
+
+Theory of operation. A segment's index maps a few offsets to the byte position of the batch
+holding them, so a read can seek close to its target and scan only a few batch headers. An
+entry is added for a batch when more than ``index.interval.bytes`` of log were written since
+the previous entry (never for the first batch of a segment); it maps the batch's *last*
+offset to the batch's position, exactly as Kafka's ``LogSegment.append`` does, so an index we
+write is the index Kafka would write for the same ``.log``.
+
+On-disk format: 8-byte big-endian entries ``relative offset int32 | position int32``, the
+relative offset counted from the segment's base offset. While the segment is active the file
+is preallocated (sparse zeros) to ``segment.index.bytes`` rounded down to the entry size, and
+it is trimmed to its entries when the segment rolls or closes. A file found untrimmed after a
+crash is read as Kafka does: zero entries after the first one are preallocated space, not
+entries (a real entry after the first always has a positive relative offset).
+
+Entries are also kept in memory (two ``array('i')``) for ``bisect`` lookups; writes go
+through to the file with ``os.pwrite``, so the file is always current in the page cache.
+
+Concurrency: owned by its segment; used only from the broker's event-loop thread.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import operator
+import os
+import struct
+import sys
+from array import array
+from itertools import islice
+from pathlib import Path
+from typing import ClassVar
+
+from broker.log.errors import CorruptIndexError
+
+__all__ = ["IndexFile", "OffsetIndex", "strictly_increasing"]
+
+logger = logging.getLogger(__name__)
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+def strictly_increasing(values: array[int] | list[int]) -> bool:
+    """True if every element is greater than the one before it (C-speed iteration)."""
+    return all(map(operator.lt, values, islice(values, 1, None)))
+
+
+def non_decreasing(values: array[int] | list[int]) -> bool:
+    return all(map(operator.le, values, islice(values, 1, None)))
+
+
+class IndexFile:
+    """File handling shared by the offset and time indexes: open for appending with
+    preallocation, positional writes, trimming, renaming, deleting.
+
+    The file descriptor is open only while the index may still change (the active segment);
+    it is closed when the segment rolls, and entries stay readable from memory.
+
+    Concurrency: owned by one segment; event-loop thread only.
+    """
+
+    ENTRY_SIZE: ClassVar[int] = 8
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.path = Path(path)
+        self.base_offset = base_offset
+        self._fd: int | None = None
+        self._max_entries = 0
+
+    # --- subclass interface ------------------------------------------------------------
+
+    def __len__(self) -> int:  # number of entries
+        raise NotImplementedError
+
+    def _encode_all(self) -> bytes:
+        raise NotImplementedError
+
+    def _clear(self) -> None:
+        raise NotImplementedError
+
+    # --- file handling -----------------------------------------------------------------
+
+    @property
+    def entries(self) -> int:
+        return len(self)
+
+    @property
+    def max_entries(self) -> int:
+        return self._max_entries
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
+
+    @staticmethod
+    def read_entry_bytes(path: Path, entry_size: int) -> bytes:
+        """The file's bytes up to its last non-zero entry (the real entries of a possibly
+        untrimmed index). Raises CorruptIndexError if the size is not a multiple of the entry
+        size; FileNotFoundError if missing."""
+        data = path.read_bytes()
+        if len(data) % entry_size:
+            raise CorruptIndexError(
+                f"index file {path} has size {len(data)}, not a multiple of {entry_size}"
+            )
+        used = len(data.rstrip(b"\x00"))
+        entries = -(-used // entry_size)  # ceil: the last real entry may end in zero bytes
+        return data[: entries * entry_size]
+
+    def open_for_append(self, max_index_size: int) -> None:
+        """Open (creating if needed) and preallocate the file to hold
+        ``max_index_size // ENTRY_SIZE`` entries, rewriting the in-memory entries so the
+        file is exact even if it was missing or stale."""
+        self._max_entries = max(max_index_size // self.ENTRY_SIZE, len(self))
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        data = self._encode_all()
+        os.ftruncate(self._fd, 0)  # drop stale bytes beyond the real entries
+        if data:
+            os.pwrite(self._fd, data, 0)
+        os.ftruncate(self._fd, self._max_entries * self.ENTRY_SIZE)
+
+    def resize(self, max_index_size: int) -> None:
+        """Change the preallocated size of an open index (never below its entries)."""
+        if self._fd is None:
+            self.open_for_append(max_index_size)
+            return
+        self._max_entries = max(max_index_size // self.ENTRY_SIZE, len(self))
+        os.ftruncate(self._fd, self._max_entries * self.ENTRY_SIZE)
+
+    def _write(self, index: int, data: bytes) -> None:
+        if self._fd is None:
+            raise ValueError(f"index {self.path} is not open for appending")
+        os.pwrite(self._fd, data, index * self.ENTRY_SIZE)
+
+    def _truncate_file(self, entries: int) -> None:
+        """Zero everything after ``entries`` (so a later crash cannot resurrect removed
+        entries) and keep the preallocation."""
+        if self._fd is None:
+            return
+        os.ftruncate(self._fd, entries * self.ENTRY_SIZE)
+        os.ftruncate(self._fd, max(self._max_entries, entries) * self.ENTRY_SIZE)
+
+    def trim(self) -> None:
+        """Shrink the file to exactly its entries (on roll and close)."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, len(self) * self.ENTRY_SIZE)
+            self._max_entries = len(self)
+
+    def close(self) -> None:
+        """Close the file descriptor (entries stay in memory). Does not trim."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def write_trimmed(self) -> None:
+        """(Re)write the file with exactly its entries, e.g. after a rebuild of an index of an
+        inactive segment; leaves it closed."""
+        self.close()
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            data = self._encode_all()
+            if data:
+                os.pwrite(fd, data, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._max_entries = len(self)
+
+    def reset(self) -> None:
+        """Remove every entry (before a rebuild)."""
+        self._clear()
+        self._truncate_file(0)
+
+    def rename(self, new_path: Path) -> None:
+        try:
+            os.replace(self.path, new_path)
+        except FileNotFoundError:
+            logger.debug("index %s vanished before rename", self.path)
+        self.path = Path(new_path)
+
+    def delete(self) -> None:
+        self.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+class OffsetIndex(IndexFile):
+    """Sparse map from offsets to ``.log`` positions for one segment (see module docstring
+    for the format). ``lookup(o)`` gives the entry with the largest offset ``<= o``, or
+    ``(base_offset, 0)`` when there is none.
+
+    Concurrency: owned by its segment; event-loop thread only.
+    """
+
+    ENTRY_SIZE: ClassVar[int] = 8
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        super().__init__(path, base_offset)
+        self._rel = array("i")
+        self._pos = array("i")
+
+    @classmethod
+    def load(cls, path: Path, base_offset: int, log_size: int) -> OffsetIndex:
+        """Read and sanity-check an existing index file (raises CorruptIndexError, or
+        FileNotFoundError if it is missing)."""
+        index = cls(path, base_offset)
+        data = cls.read_entry_bytes(path, cls.ENTRY_SIZE)
+        flat = array("i")
+        flat.frombytes(data)
+        if _LITTLE_ENDIAN:
+            flat.byteswap()
+        index._rel = flat[0::2]
+        index._pos = flat[1::2]
+        index.sanity_check(log_size)
+        return index
+
+    def sanity_check(self, log_size: int) -> None:
+        rel, pos = self._rel, self._pos
+        if not rel:
+            return
+        if rel[0] < 0 or pos[0] < 0:
+            raise CorruptIndexError(f"index {self.path} has a negative first entry")
+        if pos[-1] >= log_size:
+            raise CorruptIndexError(
+                f"index {self.path} points at position {pos[-1]} past the log's {log_size} bytes"
+            )
+        if not strictly_increasing(rel) or not strictly_increasing(pos):
+            raise CorruptIndexError(f"index {self.path} entries are not increasing")
+
+    def __len__(self) -> int:
+        return len(self._rel)
+
+    def _encode_all(self) -> bytes:
+        flat = array("i", bytes(8 * len(self._rel)))
+        flat[0::2] = self._rel
+        flat[1::2] = self._pos
+        if _LITTLE_ENDIAN:
+            flat.byteswap()
+        return flat.tobytes()
+
+    def _clear(self) -> None:
+        self._rel = array("i")
+        self._pos = array("i")
+
+    @property
+    def is_full(self) -> bool:
+        return len(self._rel) >= self._max_entries
+
+    @property
+    def last_offset(self) -> int:
+        """The offset of the last entry, or the base offset when empty."""
+        return self.base_offset + self._rel[-1] if self._rel else self.base_offset
+
+    @property
+    def last_position(self) -> int:
+        return self._pos[-1] if self._pos else 0
+
+    def entry(self, n: int) -> tuple[int, int]:
+        return self.base_offset + self._rel[n], self._pos[n]
+
+    def append(self, offset: int, position: int) -> bool:
+        """Add an entry; False (and nothing written) if the index is full."""
+        rel = offset - self.base_offset
+        if self._rel and rel <= self._rel[-1]:
+            raise ValueError(
+                f"index {self.path}: offset {offset} is not above last {self.last_offset}"
+            )
+        if len(self._rel) >= self._max_entries:
+            return False
+        self._write(len(self._rel), _OFFSET_ENTRY.pack(rel, position))
+        self._rel.append(rel)
+        self._pos.append(position)
+        return True
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """``(offset, position)`` of the last entry with offset ``<= offset``, or
+        ``(base_offset, 0)``."""
+        i = bisect.bisect_right(self._rel, offset - self.base_offset) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return self.base_offset + self._rel[i], self._pos[i]
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry with offset ``>= offset``."""
+        keep = bisect.bisect_left(self._rel, offset - self.base_offset)
+        if keep < len(self._rel):
+            del self._rel[keep:]
+            del self._pos[keep:]
+            self._truncate_file(keep)
