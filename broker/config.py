@@ -114,53 +114,147 @@ _T = ConfigType
 TOPIC_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
     for d in (
-        ConfigDef("cleanup.policy", _T.LIST, ("delete",), "delete and/or compact", _policies,
-                  "a list of delete, compact"),
-        ConfigDef("compression.type", _T.STRING, "producer", "final compression of the topic",
-                  _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
-                  "one of producer, uncompressed, gzip, snappy, lz4, zstd"),
-        ConfigDef("delete.retention.ms", _T.LONG, 86_400_000, "tombstone retention",
-                  _at_least(0), ">= 0"),
-        ConfigDef("file.delete.delay.ms", _T.LONG, 60_000, "delay before deleting a file",
-                  _at_least(0), ">= 0"),
-        ConfigDef("flush.messages", _T.LONG, LONG_MAX, "fsync after this many messages",
-                  _at_least(1), ">= 1"),
-        ConfigDef("flush.ms", _T.LONG, LONG_MAX, "fsync after this many ms", _at_least(0),
-                  ">= 0"),
-        ConfigDef("index.interval.bytes", _T.INT, 4096, "bytes between offset index entries",
-                  _at_least(0), ">= 0"),
-        ConfigDef("max.compaction.lag.ms", _T.LONG, LONG_MAX, "max time a record stays "
-                  "uncompacted", _at_least(1), ">= 1"),
-        ConfigDef("max.message.bytes", _T.INT, 1_048_588, "largest record batch size",
-                  _at_least(0), ">= 0"),
-        ConfigDef("message.timestamp.type", _T.STRING, "CreateTime", "CreateTime or "
-                  "LogAppendTime", _one_of("CreateTime", "LogAppendTime"),
-                  "CreateTime or LogAppendTime"),
-        ConfigDef("message.timestamp.before.max.ms", _T.LONG, LONG_MAX, "max timestamp lag "
-                  "behind the broker", _at_least(0), ">= 0"),
-        ConfigDef("message.timestamp.after.max.ms", _T.LONG, LONG_MAX, "max timestamp lead "
-                  "ahead of the broker", _at_least(0), ">= 0"),
-        ConfigDef("min.cleanable.dirty.ratio", _T.DOUBLE, 0.5, "dirty ratio to clean",
-                  lambda v: 0.0 <= v <= 1.0, "between 0 and 1"),
-        ConfigDef("min.compaction.lag.ms", _T.LONG, 0, "min time a record stays uncompacted",
-                  _at_least(0), ">= 0"),
-        ConfigDef("min.insync.replicas", _T.INT, 1, "replicas that must ack acks=all",
-                  _at_least(1), ">= 1"),
+        ConfigDef(
+            "cleanup.policy",
+            _T.LIST,
+            ("delete",),
+            "delete and/or compact",
+            _policies,
+            "a list of delete, compact",
+        ),
+        ConfigDef(
+            "compression.type",
+            _T.STRING,
+            "producer",
+            "final compression of the topic",
+            _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+            "one of producer, uncompressed, gzip, snappy, lz4, zstd",
+        ),
+        ConfigDef(
+            "delete.retention.ms", _T.LONG, 86_400_000, "tombstone retention", _at_least(0), ">= 0"
+        ),
+        ConfigDef(
+            "file.delete.delay.ms",
+            _T.LONG,
+            60_000,
+            "delay before deleting a file",
+            _at_least(0),
+            ">= 0",
+        ),
+        ConfigDef(
+            "flush.messages",
+            _T.LONG,
+            LONG_MAX,
+            "fsync after this many messages",
+            _at_least(1),
+            ">= 1",
+        ),
+        ConfigDef("flush.ms", _T.LONG, LONG_MAX, "fsync after this many ms", _at_least(0), ">= 0"),
+        ConfigDef(
+            "index.interval.bytes",
+            _T.INT,
+            4096,
+            "bytes between offset index entries",
+            _at_least(0),
+            ">= 0",
+        ),
+        ConfigDef(
+            "max.compaction.lag.ms",
+            _T.LONG,
+            LONG_MAX,
+            "max time a record stays uncompacted",
+            _at_least(1),
+            ">= 1",
+        ),
+        ConfigDef(
+            "max.message.bytes",
+            _T.INT,
+            1_048_588,
+            "largest record batch size",
+            _at_least(0),
+            ">= 0",
+        ),
+        ConfigDef(
+            "message.timestamp.type",
+            _T.STRING,
+            "CreateTime",
+            "CreateTime or LogAppendTime",
+            _one_of("CreateTime", "LogAppendTime"),
+            "CreateTime or LogAppendTime",
+        ),
+        ConfigDef(
+            "message.timestamp.before.max.ms",
+            _T.LONG,
+            LONG_MAX,
+            "max timestamp lag behind the broker",
+            _at_least(0),
+            ">= 0",
+        ),
+        ConfigDef(
+            "message.timestamp.after.max.ms",
+            _T.LONG,
+            LONG_MAX,
+            "max timestamp lead ahead of the broker",
+            _at_least(0),
+            ">= 0",
+        ),
+        ConfigDef(
+            "min.cleanable.dirty.ratio",
+            _T.DOUBLE,
+            0.5,
+            "dirty ratio to clean",
+            lambda v: 0.0 <= v <= 1.0,
+            "between 0 and 1",
+        ),
+        ConfigDef(
+            "min.compaction.lag.ms",
+            _T.LONG,
+            0,
+            "min time a record stays uncompacted",
+            _at_least(0),
+            ">= 0",
+        ),
+        ConfigDef(
+            "min.insync.replicas",
+            _T.INT,
+            1,
+            "replicas that must ack acks=all",
+            _at_least(1),
+            ">= 1",
+        ),
         ConfigDef("preallocate", _T.BOOLEAN, False, "preallocate segment files"),
-        ConfigDef("retention.bytes", _T.LONG, -1, "max partition size before deleting old "
-                  "segments, -1 for no limit"),
-        ConfigDef("retention.ms", _T.LONG, 604_800_000, "max age of a segment, -1 for no "
-                  "limit", _at_least(-1), ">= -1"),
-        ConfigDef("segment.bytes", _T.INT, 1_073_741_824, "segment file size", _at_least(14),
-                  ">= 14"),
-        ConfigDef("segment.index.bytes", _T.INT, 10_485_760, "offset index size",
-                  _at_least(8), ">= 8"),
-        ConfigDef("segment.jitter.ms", _T.LONG, 0, "random jitter for segment.ms",
-                  _at_least(0), ">= 0"),
-        ConfigDef("segment.ms", _T.LONG, 604_800_000, "roll a segment after this age",
-                  _at_least(1), ">= 1"),
-        ConfigDef("unclean.leader.election.enable", _T.BOOLEAN, False, "allow out-of-ISR "
-                  "leaders"),
+        ConfigDef(
+            "retention.bytes",
+            _T.LONG,
+            -1,
+            "max partition size before deleting old segments, -1 for no limit",
+        ),
+        ConfigDef(
+            "retention.ms",
+            _T.LONG,
+            604_800_000,
+            "max age of a segment, -1 for no limit",
+            _at_least(-1),
+            ">= -1",
+        ),
+        ConfigDef(
+            "segment.bytes", _T.INT, 1_073_741_824, "segment file size", _at_least(14), ">= 14"
+        ),
+        ConfigDef(
+            "segment.index.bytes", _T.INT, 10_485_760, "offset index size", _at_least(8), ">= 8"
+        ),
+        ConfigDef(
+            "segment.jitter.ms", _T.LONG, 0, "random jitter for segment.ms", _at_least(0), ">= 0"
+        ),
+        ConfigDef(
+            "segment.ms",
+            _T.LONG,
+            604_800_000,
+            "roll a segment after this age",
+            _at_least(1),
+            ">= 1",
+        ),
+        ConfigDef("unclean.leader.election.enable", _T.BOOLEAN, False, "allow out-of-ISR leaders"),
     )
 }
 
@@ -266,87 +360,189 @@ def format_config_value(value: Any) -> str:
 BROKER_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
     for d in (
-        ConfigDef("broker.id", _T.INT, -1, "broker id; -1 to generate from /brokers/seqid",
-                  _at_least(-1), ">= -1"),
+        ConfigDef(
+            "broker.id",
+            _T.INT,
+            -1,
+            "broker id; -1 to generate from /brokers/seqid",
+            _at_least(-1),
+            ">= -1",
+        ),
         ConfigDef("broker.id.generation.enable", _T.BOOLEAN, True, "generate broker ids"),
-        ConfigDef("reserved.broker.max.id", _T.INT, 1000, "largest configurable broker id",
-                  _at_least(0), ">= 0"),
+        ConfigDef(
+            "reserved.broker.max.id",
+            _T.INT,
+            1000,
+            "largest configurable broker id",
+            _at_least(0),
+            ">= 0",
+        ),
         ConfigDef("broker.rack", _T.STRING, None, "rack of this broker"),
         ConfigDef("listeners", _T.LIST, ("PLAINTEXT://127.0.0.1:9092",), "listeners"),
         ConfigDef("advertised.listeners", _T.LIST, None, "listeners given to clients"),
         ConfigDef("log.dirs", _T.LIST, None, "log directories"),
         ConfigDef("log.dir", _T.STRING, "/tmp/kafka-logs", "log directory if log.dirs unset"),
-        ConfigDef("zookeeper.connect", _T.STRING, "127.0.0.1:2181", "ZooKeeper connect "
-                  "string"),
-        ConfigDef("zookeeper.session.timeout.ms", _T.INT, 18_000, "ZooKeeper session timeout",
-                  _at_least(1), ">= 1"),
-        ConfigDef("zookeeper.connection.timeout.ms", _T.INT, 18_000, "ZooKeeper connect "
-                  "timeout", _at_least(1), ">= 1"),
-        ConfigDef("num.partitions", _T.INT, 1, "partitions of auto-created topics",
-                  _at_least(1), ">= 1"),
-        ConfigDef("default.replication.factor", _T.INT, 1, "replication factor of "
-                  "auto-created topics", _at_least(1), ">= 1"),
-        ConfigDef("auto.create.topics.enable", _T.BOOLEAN, True, "auto-create topics on "
-                  "metadata requests"),
+        ConfigDef("zookeeper.connect", _T.STRING, "127.0.0.1:2181", "ZooKeeper connect string"),
+        ConfigDef(
+            "zookeeper.session.timeout.ms",
+            _T.INT,
+            18_000,
+            "ZooKeeper session timeout",
+            _at_least(1),
+            ">= 1",
+        ),
+        ConfigDef(
+            "zookeeper.connection.timeout.ms",
+            _T.INT,
+            18_000,
+            "ZooKeeper connect timeout",
+            _at_least(1),
+            ">= 1",
+        ),
+        ConfigDef(
+            "num.partitions", _T.INT, 1, "partitions of auto-created topics", _at_least(1), ">= 1"
+        ),
+        ConfigDef(
+            "default.replication.factor",
+            _T.INT,
+            1,
+            "replication factor of auto-created topics",
+            _at_least(1),
+            ">= 1",
+        ),
+        ConfigDef(
+            "auto.create.topics.enable", _T.BOOLEAN, True, "auto-create topics on metadata requests"
+        ),
         ConfigDef("delete.topic.enable", _T.BOOLEAN, True, "allow topic deletion"),
-        ConfigDef("message.max.bytes", _T.INT, 1_048_588, "largest record batch",
-                  _at_least(0), ">= 0"),
-        ConfigDef("socket.request.max.bytes", _T.INT, 104_857_600, "largest request",
-                  _at_least(1), ">= 1"),
-        ConfigDef("connections.max.idle.ms", _T.LONG, 600_000, "close idle connections "
-                  "after this", _at_least(1), ">= 1"),
-        ConfigDef("queued.max.requests", _T.INT, 500, "requests read ahead per connection "
-                  "before reading pauses", _at_least(1), ">= 1"),
-        ConfigDef("log.segment.bytes", _T.INT, 1_073_741_824, "segment size", _at_least(14),
-                  ">= 14"),
+        ConfigDef(
+            "message.max.bytes", _T.INT, 1_048_588, "largest record batch", _at_least(0), ">= 0"
+        ),
+        ConfigDef(
+            "socket.request.max.bytes", _T.INT, 104_857_600, "largest request", _at_least(1), ">= 1"
+        ),
+        ConfigDef(
+            "connections.max.idle.ms",
+            _T.LONG,
+            600_000,
+            "close idle connections after this",
+            _at_least(1),
+            ">= 1",
+        ),
+        ConfigDef(
+            "queued.max.requests",
+            _T.INT,
+            500,
+            "requests read ahead per connection before reading pauses",
+            _at_least(1),
+            ">= 1",
+        ),
+        ConfigDef(
+            "log.segment.bytes", _T.INT, 1_073_741_824, "segment size", _at_least(14), ">= 14"
+        ),
         ConfigDef("log.roll.ms", _T.LONG, None, "roll segments after this age"),
-        ConfigDef("log.roll.hours", _T.INT, 168, "roll segments after this age",
-                  _at_least(1), ">= 1"),
+        ConfigDef(
+            "log.roll.hours", _T.INT, 168, "roll segments after this age", _at_least(1), ">= 1"
+        ),
         ConfigDef("log.roll.jitter.ms", _T.LONG, 0, "roll jitter"),
         ConfigDef("log.retention.ms", _T.LONG, None, "retention time"),
         ConfigDef("log.retention.minutes", _T.INT, None, "retention time"),
         ConfigDef("log.retention.hours", _T.INT, 168, "retention time"),
         ConfigDef("log.retention.bytes", _T.LONG, -1, "retention size"),
-        ConfigDef("log.retention.check.interval.ms", _T.LONG, 300_000, "retention check "
-                  "interval", _at_least(1), ">= 1"),
-        ConfigDef("log.cleanup.policy", _T.LIST, ("delete",), "cleanup policy", _policies,
-                  "a list of delete, compact"),
+        ConfigDef(
+            "log.retention.check.interval.ms",
+            _T.LONG,
+            300_000,
+            "retention check interval",
+            _at_least(1),
+            ">= 1",
+        ),
+        ConfigDef(
+            "log.cleanup.policy",
+            _T.LIST,
+            ("delete",),
+            "cleanup policy",
+            _policies,
+            "a list of delete, compact",
+        ),
         ConfigDef("log.cleaner.enable", _T.BOOLEAN, True, "run the log cleaner"),
-        ConfigDef("log.cleaner.delete.retention.ms", _T.LONG, 86_400_000, "tombstone "
-                  "retention"),
+        ConfigDef("log.cleaner.delete.retention.ms", _T.LONG, 86_400_000, "tombstone retention"),
         ConfigDef("log.cleaner.min.cleanable.ratio", _T.DOUBLE, 0.5, "dirty ratio to clean"),
         ConfigDef("log.cleaner.min.compaction.lag.ms", _T.LONG, 0, "min compaction lag"),
-        ConfigDef("log.cleaner.max.compaction.lag.ms", _T.LONG, LONG_MAX, "max compaction "
-                  "lag"),
-        ConfigDef("log.index.interval.bytes", _T.INT, 4096, "index interval", _at_least(0),
-                  ">= 0"),
-        ConfigDef("log.index.size.max.bytes", _T.INT, 10_485_760, "index size",
-                  _at_least(8), ">= 8"),
+        ConfigDef("log.cleaner.max.compaction.lag.ms", _T.LONG, LONG_MAX, "max compaction lag"),
+        ConfigDef("log.index.interval.bytes", _T.INT, 4096, "index interval", _at_least(0), ">= 0"),
+        ConfigDef(
+            "log.index.size.max.bytes", _T.INT, 10_485_760, "index size", _at_least(8), ">= 8"
+        ),
         ConfigDef("log.preallocate", _T.BOOLEAN, False, "preallocate segments"),
-        ConfigDef("log.flush.interval.messages", _T.LONG, LONG_MAX, "fsync interval "
-                  "(messages)", _at_least(1), ">= 1"),
+        ConfigDef(
+            "log.flush.interval.messages",
+            _T.LONG,
+            LONG_MAX,
+            "fsync interval (messages)",
+            _at_least(1),
+            ">= 1",
+        ),
         ConfigDef("log.flush.interval.ms", _T.LONG, LONG_MAX, "fsync interval (ms)"),
-        ConfigDef("log.flush.scheduler.interval.ms", _T.LONG, 1000, "flush check interval",
-                  _at_least(1), ">= 1"),
-        ConfigDef("log.flush.offset.checkpoint.interval.ms", _T.INT, 60_000, "recovery "
-                  "point checkpoint interval", _at_least(1), ">= 1"),
-        ConfigDef("log.flush.start.offset.checkpoint.interval.ms", _T.INT, 60_000, "log "
-                  "start offset checkpoint interval", _at_least(1), ">= 1"),
-        ConfigDef("log.segment.delete.delay.ms", _T.LONG, 60_000, "delay before deleting a "
-                  "segment file", _at_least(0), ">= 0"),
-        ConfigDef("log.message.timestamp.type", _T.STRING, "CreateTime", "timestamp type",
-                  _one_of("CreateTime", "LogAppendTime"), "CreateTime or LogAppendTime"),
+        ConfigDef(
+            "log.flush.scheduler.interval.ms",
+            _T.LONG,
+            1000,
+            "flush check interval",
+            _at_least(1),
+            ">= 1",
+        ),
+        ConfigDef(
+            "log.flush.offset.checkpoint.interval.ms",
+            _T.INT,
+            60_000,
+            "recovery point checkpoint interval",
+            _at_least(1),
+            ">= 1",
+        ),
+        ConfigDef(
+            "log.flush.start.offset.checkpoint.interval.ms",
+            _T.INT,
+            60_000,
+            "log start offset checkpoint interval",
+            _at_least(1),
+            ">= 1",
+        ),
+        ConfigDef(
+            "log.segment.delete.delay.ms",
+            _T.LONG,
+            60_000,
+            "delay before deleting a segment file",
+            _at_least(0),
+            ">= 0",
+        ),
+        ConfigDef(
+            "log.message.timestamp.type",
+            _T.STRING,
+            "CreateTime",
+            "timestamp type",
+            _one_of("CreateTime", "LogAppendTime"),
+            "CreateTime or LogAppendTime",
+        ),
         ConfigDef("log.message.timestamp.before.max.ms", _T.LONG, LONG_MAX, "timestamp lag"),
         ConfigDef("log.message.timestamp.after.max.ms", _T.LONG, LONG_MAX, "timestamp lead"),
-        ConfigDef("compression.type", _T.STRING, "producer", "final compression",
-                  _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
-                  "one of producer, uncompressed, gzip, snappy, lz4, zstd"),
-        ConfigDef("min.insync.replicas", _T.INT, 1, "replicas that must ack acks=all",
-                  _at_least(1), ">= 1"),
-        ConfigDef("unclean.leader.election.enable", _T.BOOLEAN, False, "allow out-of-ISR "
-                  "leaders"),
-        ConfigDef("replica.lag.time.max.ms", _T.LONG, 30_000, "ISR lag time", _at_least(1),
-                  ">= 1"),
+        ConfigDef(
+            "compression.type",
+            _T.STRING,
+            "producer",
+            "final compression",
+            _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+            "one of producer, uncompressed, gzip, snappy, lz4, zstd",
+        ),
+        ConfigDef(
+            "min.insync.replicas",
+            _T.INT,
+            1,
+            "replicas that must ack acks=all",
+            _at_least(1),
+            ">= 1",
+        ),
+        ConfigDef("unclean.leader.election.enable", _T.BOOLEAN, False, "allow out-of-ISR leaders"),
+        ConfigDef("replica.lag.time.max.ms", _T.LONG, 30_000, "ISR lag time", _at_least(1), ">= 1"),
         ConfigDef("replica.fetch.wait.max.ms", _T.INT, 500, "follower fetch max wait"),
         ConfigDef("replica.fetch.max.bytes", _T.INT, 1_048_576, "follower fetch size"),
         ConfigDef("replica.fetch.min.bytes", _T.INT, 1, "follower fetch min bytes"),
@@ -357,28 +553,44 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("auto.leader.rebalance.enable", _T.BOOLEAN, True, "auto leader rebalance"),
         ConfigDef("leader.imbalance.per.broker.percentage", _T.INT, 10, "imbalance ratio"),
         ConfigDef("leader.imbalance.check.interval.seconds", _T.LONG, 300, "check interval"),
-        ConfigDef("offsets.topic.num.partitions", _T.INT, 50, "__consumer_offsets "
-                  "partitions", _at_least(1), ">= 1"),
-        ConfigDef("offsets.topic.replication.factor", _T.SHORT, 3, "__consumer_offsets "
-                  "replication factor", _at_least(1), ">= 1"),
+        ConfigDef(
+            "offsets.topic.num.partitions",
+            _T.INT,
+            50,
+            "__consumer_offsets partitions",
+            _at_least(1),
+            ">= 1",
+        ),
+        ConfigDef(
+            "offsets.topic.replication.factor",
+            _T.SHORT,
+            3,
+            "__consumer_offsets replication factor",
+            _at_least(1),
+            ">= 1",
+        ),
         ConfigDef("offsets.topic.segment.bytes", _T.INT, 104_857_600, "segment size"),
         ConfigDef("offsets.retention.minutes", _T.INT, 10_080, "offset retention"),
         ConfigDef("offsets.commit.timeout.ms", _T.INT, 5000, "commit timeout"),
-        ConfigDef("group.initial.rebalance.delay.ms", _T.INT, 3000, "initial rebalance "
-                  "delay"),
+        ConfigDef("group.initial.rebalance.delay.ms", _T.INT, 3000, "initial rebalance delay"),
         ConfigDef("group.min.session.timeout.ms", _T.INT, 6000, "min session timeout"),
         ConfigDef("group.max.session.timeout.ms", _T.INT, 1_800_000, "max session timeout"),
         ConfigDef("transaction.state.log.num.partitions", _T.INT, 50, "txn log partitions"),
         ConfigDef("transaction.state.log.replication.factor", _T.SHORT, 3, "txn log RF"),
         ConfigDef("transaction.state.log.min.isr", _T.INT, 2, "txn log min ISR"),
-        ConfigDef("transaction.state.log.segment.bytes", _T.INT, 104_857_600, "segment "
-                  "size"),
+        ConfigDef("transaction.state.log.segment.bytes", _T.INT, 104_857_600, "segment size"),
         ConfigDef("transactional.id.expiration.ms", _T.INT, 604_800_000, "txn id expiry"),
         ConfigDef("transaction.max.timeout.ms", _T.INT, 900_000, "max txn timeout"),
         ConfigDef("producer.id.expiration.ms", _T.INT, 86_400_000, "idle producer expiry"),
         ConfigDef("fetch.max.bytes", _T.INT, 57_671_680, "max fetch response size"),
-        ConfigDef("max.incremental.fetch.session.cache.slots", _T.INT, 1000, "fetch session "
-                  "slots", _at_least(0), ">= 0"),
+        ConfigDef(
+            "max.incremental.fetch.session.cache.slots",
+            _T.INT,
+            1000,
+            "fetch session slots",
+            _at_least(0),
+            ">= 0",
+        ),
     )
 }
 
@@ -417,8 +629,9 @@ class Listener:
             host, port = rest.rsplit(":", 1)
             return cls(name.upper(), host.strip("[]") or "0.0.0.0", int(port))
         except ValueError as exc:
-            raise ConfigError(f"Invalid value {text!r} for configuration {prop}: expected "
-                              "NAME://host:port") from exc
+            raise ConfigError(
+                f"Invalid value {text!r} for configuration {prop}: expected NAME://host:port"
+            ) from exc
 
     def __str__(self) -> str:
         return f"{self.name}://{self.host}:{self.port}"
@@ -494,10 +707,16 @@ class BrokerConfig:
     def topic_config_source(self, topic_config: str) -> str:
         """'static' when the broker sets the synonym, 'default' otherwise."""
         synonym = TOPIC_CONFIG_SYNONYMS[topic_config]
-        if synonym in self.originals or (
-            topic_config == "retention.ms"
-            and any(k in self.originals for k in ("log.retention.minutes", "log.retention.hours"))
-        ) or (topic_config == "segment.ms" and "log.roll.hours" in self.originals):
+        if (
+            synonym in self.originals
+            or (
+                topic_config == "retention.ms"
+                and any(
+                    k in self.originals for k in ("log.retention.minutes", "log.retention.hours")
+                )
+            )
+            or (topic_config == "segment.ms" and "log.roll.hours" in self.originals)
+        ):
             return "static"
         return "default"
 

@@ -79,7 +79,10 @@ class Broker:
                 return default
 
         self.log_manager = LogManager(
-            cfg.log_dirs, default, clock=self.clock, broker_id=self.broker_id,
+            cfg.log_dirs,
+            default,
+            clock=self.clock,
+            broker_id=self.broker_id,
             cluster_id=cluster_id,
         )
         await asyncio.to_thread(self.log_manager.startup, topic_config)

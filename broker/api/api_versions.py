@@ -17,9 +17,7 @@ def build_response(version: int, error: ErrorCode = ErrorCode.none) -> Any:
         api_cls(api_key=key, min_version=lo, max_version=hi)
         for key, (_name, lo, hi) in sorted(registry.SUPPORTED_APIS.items())
     )
-    return registry.build(
-        cls, error_code=error, api_keys=keys, throttle_time=datetime.timedelta(0)
-    )
+    return registry.build(cls, error_code=error, api_keys=keys, throttle_time=datetime.timedelta(0))
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:

@@ -31,8 +31,15 @@ SOURCE_DEFAULT = 5
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 
-def _describe_topic(ctx: RequestContext, name: str, keys: tuple[str, ...] | None,
-                    synonyms: bool, docs: bool, entry_cls: Any, syn_cls: Any) -> list[Any]:
+def _describe_topic(
+    ctx: RequestContext,
+    name: str,
+    keys: tuple[str, ...] | None,
+    synonyms: bool,
+    docs: bool,
+    entry_cls: Any,
+    syn_cls: Any,
+) -> list[Any]:
     controller = ctx.services.controller
     overrides = controller.topic_overrides(name)
     effective = controller.log_config_for(name, overrides)
@@ -42,33 +49,57 @@ def _describe_topic(ctx: RequestContext, name: str, keys: tuple[str, ...] | None
         if keys is not None and cname not in keys:
             continue
         definition = TOPIC_CONFIGS[cname]
-        broker_source = (SOURCE_STATIC_BROKER
-                         if broker_cfg.topic_config_source(cname) == "static" else SOURCE_DEFAULT)
+        broker_source = (
+            SOURCE_STATIC_BROKER
+            if broker_cfg.topic_config_source(cname) == "static"
+            else SOURCE_DEFAULT
+        )
         source = SOURCE_DYNAMIC_TOPIC if cname in overrides else broker_source
         syns = []
         if synonyms:
             if cname in overrides:
-                syns.append(registry.build(syn_cls, name=cname, value=overrides[cname],
-                                           source=SOURCE_DYNAMIC_TOPIC))
+                syns.append(
+                    registry.build(
+                        syn_cls, name=cname, value=overrides[cname], source=SOURCE_DYNAMIC_TOPIC
+                    )
+                )
             if broker_source == SOURCE_STATIC_BROKER:
-                syns.append(registry.build(
-                    syn_cls, name=TOPIC_CONFIG_SYNONYMS[cname],
-                    value=format_config_value(broker_cfg.broker_value_for_topic_config(cname)),
-                    source=SOURCE_STATIC_BROKER))
-            syns.append(registry.build(
-                syn_cls, name=TOPIC_CONFIG_SYNONYMS[cname],
-                value=format_config_value(definition.default), source=SOURCE_DEFAULT))
-        out.append(registry.build(
-            entry_cls, name=cname, value=format_config_value(effective.value_of(cname)),
-            read_only=False, config_source=source, is_default=source == SOURCE_DEFAULT,
-            is_sensitive=False, synonyms=tuple(syns), config_type=definition.type.value,
-            documentation=definition.doc if docs else None,
-        ))
+                syns.append(
+                    registry.build(
+                        syn_cls,
+                        name=TOPIC_CONFIG_SYNONYMS[cname],
+                        value=format_config_value(broker_cfg.broker_value_for_topic_config(cname)),
+                        source=SOURCE_STATIC_BROKER,
+                    )
+                )
+            syns.append(
+                registry.build(
+                    syn_cls,
+                    name=TOPIC_CONFIG_SYNONYMS[cname],
+                    value=format_config_value(definition.default),
+                    source=SOURCE_DEFAULT,
+                )
+            )
+        out.append(
+            registry.build(
+                entry_cls,
+                name=cname,
+                value=format_config_value(effective.value_of(cname)),
+                read_only=False,
+                config_source=source,
+                is_default=source == SOURCE_DEFAULT,
+                is_sensitive=False,
+                synonyms=tuple(syns),
+                config_type=definition.type.value,
+                documentation=definition.doc if docs else None,
+            )
+        )
     return out
 
 
-def _describe_broker(ctx: RequestContext, keys: tuple[str, ...] | None, docs: bool,
-                     entry_cls: Any) -> list[Any]:
+def _describe_broker(
+    ctx: RequestContext, keys: tuple[str, ...] | None, docs: bool, entry_cls: Any
+) -> list[Any]:
     cfg = ctx.services.config
     out = []
     for cname in sorted(BROKER_CONFIGS):
@@ -76,12 +107,20 @@ def _describe_broker(ctx: RequestContext, keys: tuple[str, ...] | None, docs: bo
             continue
         value = cfg.values[cname]
         source = SOURCE_STATIC_BROKER if cname in cfg.originals else SOURCE_DEFAULT
-        out.append(registry.build(
-            entry_cls, name=cname, value=None if value is None else format_config_value(value),
-            read_only=True, config_source=source, is_default=source == SOURCE_DEFAULT,
-            is_sensitive=False, synonyms=(), config_type=BROKER_CONFIGS[cname].type.value,
-            documentation=BROKER_CONFIGS[cname].doc if docs else None,
-        ))
+        out.append(
+            registry.build(
+                entry_cls,
+                name=cname,
+                value=None if value is None else format_config_value(value),
+                read_only=True,
+                config_source=source,
+                is_default=source == SOURCE_DEFAULT,
+                is_sensitive=False,
+                synonyms=(),
+                config_type=BROKER_CONFIGS[cname].type.value,
+                documentation=BROKER_CONFIGS[cname].doc if docs else None,
+            )
+        )
     return out
 
 
@@ -96,41 +135,69 @@ async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
         try:
             if res.resource_type == TOPIC:
                 if ctx.services.metadata.topic(res.resource_name) is None:
-                    raise KafkaError(f"topic {res.resource_name} does not exist",
-                                     ErrorCode.unknown_topic_or_partition)
+                    raise KafkaError(
+                        f"topic {res.resource_name} does not exist",
+                        ErrorCode.unknown_topic_or_partition,
+                    )
                 entries = _describe_topic(
-                    ctx, res.resource_name, keys, bool(getattr(request, "include_synonyms", False)),
-                    bool(getattr(request, "include_documentation", False)), entry_cls, syn_cls)
+                    ctx,
+                    res.resource_name,
+                    keys,
+                    bool(getattr(request, "include_synonyms", False)),
+                    bool(getattr(request, "include_documentation", False)),
+                    entry_cls,
+                    syn_cls,
+                )
             elif res.resource_type == BROKER:
                 if res.resource_name not in ("", str(ctx.services.broker_id)):
-                    raise KafkaError(f"broker {res.resource_name} is not this broker",
-                                     ErrorCode.invalid_request)
+                    raise KafkaError(
+                        f"broker {res.resource_name} is not this broker", ErrorCode.invalid_request
+                    )
                 entries = _describe_broker(
-                    ctx, keys, bool(getattr(request, "include_documentation", False)), entry_cls)
+                    ctx, keys, bool(getattr(request, "include_documentation", False)), entry_cls
+                )
             else:
-                raise KafkaError(f"resource type {res.resource_type} is not supported",
-                                 ErrorCode.invalid_request)
-            results.append(registry.build(
-                result_cls, error_code=ErrorCode.none, error_message=None,
-                resource_type=res.resource_type, resource_name=res.resource_name,
-                configs=tuple(entries)))
+                raise KafkaError(
+                    f"resource type {res.resource_type} is not supported", ErrorCode.invalid_request
+                )
+            results.append(
+                registry.build(
+                    result_cls,
+                    error_code=ErrorCode.none,
+                    error_message=None,
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                    configs=tuple(entries),
+                )
+            )
         except KafkaError as exc:
-            results.append(registry.build(
-                result_cls, error_code=exc.code, error_message=str(exc) or None,
-                resource_type=res.resource_type, resource_name=res.resource_name, configs=()))
+            results.append(
+                registry.build(
+                    result_cls,
+                    error_code=exc.code,
+                    error_message=str(exc) or None,
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                    configs=(),
+                )
+            )
     return registry.build(cls, throttle_time=datetime.timedelta(0), results=tuple(results))
 
 
 def _check_topic_resource(ctx: RequestContext, res: Any) -> None:
     if res.resource_type == BROKER:
-        raise KafkaError("dynamic broker configs are not supported; set them in "
-                         "server.properties", ErrorCode.invalid_request)
+        raise KafkaError(
+            "dynamic broker configs are not supported; set them in server.properties",
+            ErrorCode.invalid_request,
+        )
     if res.resource_type != TOPIC:
-        raise KafkaError(f"resource type {res.resource_type} is not supported",
-                         ErrorCode.invalid_request)
+        raise KafkaError(
+            f"resource type {res.resource_type} is not supported", ErrorCode.invalid_request
+        )
     if ctx.services.metadata.topic(res.resource_name) is None:
-        raise KafkaError(f"topic {res.resource_name} does not exist",
-                         ErrorCode.unknown_topic_or_partition)
+        raise KafkaError(
+            f"topic {res.resource_name} does not exist", ErrorCode.unknown_topic_or_partition
+        )
 
 
 async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
@@ -156,11 +223,21 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
                         new.pop(c.name, None)
                     elif op in (OP_APPEND, OP_SUBTRACT):
                         if TOPIC_CONFIGS[c.name].type.name != "LIST":
-                            raise KafkaError(f"{c.name} is not a list config",
-                                             ErrorCode.invalid_config)
-                        current = [x for x in new.get(c.name, format_config_value(
-                            controller.log_config_for(res.resource_name, new).value_of(c.name)
-                        )).split(",") if x]
+                            raise KafkaError(
+                                f"{c.name} is not a list config", ErrorCode.invalid_config
+                            )
+                        current = [
+                            x
+                            for x in new.get(
+                                c.name,
+                                format_config_value(
+                                    controller.log_config_for(res.resource_name, new).value_of(
+                                        c.name
+                                    )
+                                ),
+                            ).split(",")
+                            if x
+                        ]
                         items = [x for x in (c.value or "").split(",") if x]
                         if op == OP_APPEND:
                             current += [x for x in items if x not in current]
@@ -168,19 +245,33 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
                             current = [x for x in current if x not in items]
                         new[c.name] = ",".join(current)
                     else:
-                        raise KafkaError(f"unknown config operation {op}", ErrorCode.invalid_request)
+                        raise KafkaError(
+                            f"unknown config operation {op}", ErrorCode.invalid_request
+                        )
             else:
                 new = {c.name: c.value for c in res.configs if c.value is not None}
             await controller.set_topic_overrides(
-                res.resource_name, new, validate_only=bool(request.validate_only))
-            out.append(registry.build(resp_cls, error_code=ErrorCode.none, error_message=None,
-                                      resource_type=res.resource_type,
-                                      resource_name=res.resource_name))
+                res.resource_name, new, validate_only=bool(request.validate_only)
+            )
+            out.append(
+                registry.build(
+                    resp_cls,
+                    error_code=ErrorCode.none,
+                    error_message=None,
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                )
+            )
         except KafkaError as exc:
-            out.append(registry.build(resp_cls, error_code=exc.code,
-                                      error_message=str(exc) or None,
-                                      resource_type=res.resource_type,
-                                      resource_name=res.resource_name))
+            out.append(
+                registry.build(
+                    resp_cls,
+                    error_code=exc.code,
+                    error_message=str(exc) or None,
+                    resource_type=res.resource_type,
+                    resource_name=res.resource_name,
+                )
+            )
     return registry.build(cls, throttle_time=datetime.timedelta(0), responses=tuple(out))
 
 

@@ -18,17 +18,28 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     cache = ctx.services.metadata
     if int(getattr(request, "endpoint_type", BROKER_ENDPOINT)) != BROKER_ENDPOINT:
         return registry.build(
-            cls, throttle_time=datetime.timedelta(0), error_code=ErrorCode.unsupported_endpoint_type,
-            error_message="only broker endpoints are served", endpoint_type=request.endpoint_type,
-            cluster_id=cache.cluster_id, controller_id=-1, brokers=(),
-            cluster_authorized_operations=-2147483648)
+            cls,
+            throttle_time=datetime.timedelta(0),
+            error_code=ErrorCode.unsupported_endpoint_type,
+            error_message="only broker endpoints are served",
+            endpoint_type=request.endpoint_type,
+            cluster_id=cache.cluster_id,
+            controller_id=-1,
+            brokers=(),
+            cluster_authorized_operations=-2147483648,
+        )
     brokers = tuple(
         registry.build(broker_cls, broker_id=b.id, host=b.host, port=b.port, rack=b.rack)
         for b in cache.brokers()
     )
     return registry.build(
-        cls, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, error_message=None,
-        endpoint_type=BROKER_ENDPOINT, cluster_id=cache.cluster_id,
-        controller_id=cache.controller_id, brokers=brokers,
+        cls,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=BROKER_ENDPOINT,
+        cluster_id=cache.cluster_id,
+        controller_id=cache.controller_id,
+        brokers=brokers,
         cluster_authorized_operations=-2147483648,
     )

@@ -95,8 +95,7 @@ class Dispatcher:
         except CloseConnection:
             raise
         except Exception as exc:
-            log.exception("handler for %s v%d failed", registry.SUPPORTED_APIS[api_key][0],
-                          version)
+            log.exception("handler for %s v%d failed", registry.SUPPORTED_APIS[api_key][0], version)
             raise CloseConnection(f"internal error: {exc}") from exc
         if result is None:
             return None

@@ -46,12 +46,14 @@ async def handle(ctx: RequestContext, request: Any) -> Response:
     wanted: list[FetchRequestPartition] = []
     for topic in request.topics:
         for p in topic.partitions:
-            wanted.append(FetchRequestPartition(
-                TopicPartition(topic.topic, int(p.partition)),
-                int(p.fetch_offset),
-                int(p.partition_max_bytes),
-                int(getattr(p, "current_leader_epoch", -1)),
-            ))
+            wanted.append(
+                FetchRequestPartition(
+                    TopicPartition(topic.topic, int(p.partition)),
+                    int(p.fetch_offset),
+                    int(p.partition_max_bytes),
+                    int(getattr(p, "current_leader_epoch", -1)),
+                )
+            )
     max_bytes = int(getattr(request, "max_bytes", 2**31 - 1))
     max_bytes = min(max_bytes, ctx.services.config["fetch.max.bytes"]) if max_bytes > 0 else 0
     results = await ctx.services.replica_manager.fetch(
@@ -93,8 +95,9 @@ def encode_response(
         buf += _string(topic, flexible)
         buf += _array_len(len(parts), flexible)
         for r in parts:
-            buf += _PART_HEAD.pack(r.tp.partition, int(r.error), r.high_watermark,
-                                   r.last_stable_offset)
+            buf += _PART_HEAD.pack(
+                r.tp.partition, int(r.error), r.high_watermark, r.last_stable_offset
+            )
             if version >= 5:
                 buf += _I64.pack(r.log_start_offset)
             buf += b"\x00" if flexible else _I32.pack(-1)  # aborted_transactions: null

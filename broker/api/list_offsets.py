@@ -27,18 +27,31 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             tp = TopicPartition(topic.name, int(p.partition_index))
             try:
                 offset, ts, epoch = rm.list_offset(
-                    tp, int(p.timestamp),
+                    tp,
+                    int(p.timestamp),
                     current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
                     committed_only=committed_only,
                 )
-                parts.append(registry.build(
-                    part_cls, partition_index=p.partition_index, error_code=ErrorCode.none,
-                    timestamp=ts, offset=offset, leader_epoch=epoch,
-                ))
+                parts.append(
+                    registry.build(
+                        part_cls,
+                        partition_index=p.partition_index,
+                        error_code=ErrorCode.none,
+                        timestamp=ts,
+                        offset=offset,
+                        leader_epoch=epoch,
+                    )
+                )
             except KafkaError as exc:
-                parts.append(registry.build(
-                    part_cls, partition_index=p.partition_index, error_code=exc.code,
-                    timestamp=-1, offset=-1, leader_epoch=-1,
-                ))
+                parts.append(
+                    registry.build(
+                        part_cls,
+                        partition_index=p.partition_index,
+                        error_code=exc.code,
+                        timestamp=-1,
+                        offset=-1,
+                        leader_epoch=-1,
+                    )
+                )
         topics.append(registry.build(topic_cls, name=topic.name, partitions=tuple(parts)))
     return registry.build(cls, throttle_time=datetime.timedelta(0), topics=tuple(topics))

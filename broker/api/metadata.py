@@ -60,11 +60,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     for name in names:
         info: TopicInfo | None = cache.topic(name)
         if info is None:
-            topics.append(registry.build(
-                topic_cls, error_code=errors.get(name, ErrorCode.unknown_topic_or_partition),
-                name=name, topic_id=None, is_internal=False, partitions=(),
-                topic_authorized_operations=-2147483648,
-            ))
+            topics.append(
+                registry.build(
+                    topic_cls,
+                    error_code=errors.get(name, ErrorCode.unknown_topic_or_partition),
+                    name=name,
+                    topic_id=None,
+                    is_internal=False,
+                    partitions=(),
+                    topic_authorized_operations=-2147483648,
+                )
+            )
             continue
         partitions = tuple(
             registry.build(
@@ -79,11 +85,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             )
             for p in sorted(info.partitions.values(), key=lambda p: p.partition)
         )
-        topics.append(registry.build(
-            topic_cls, error_code=errors.get(name, ErrorCode.none), name=name,
-            topic_id=info.topic_id, is_internal=info.internal, partitions=partitions,
-            topic_authorized_operations=-2147483648,
-        ))
+        topics.append(
+            registry.build(
+                topic_cls,
+                error_code=errors.get(name, ErrorCode.none),
+                name=name,
+                topic_id=info.topic_id,
+                is_internal=info.internal,
+                partitions=partitions,
+                topic_authorized_operations=-2147483648,
+            )
+        )
     brokers = tuple(
         registry.build(broker_cls, node_id=b.id, host=b.host, port=b.port, rack=b.rack)
         for b in cache.brokers()

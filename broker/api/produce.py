@@ -59,13 +59,21 @@ def build_response(version: int, request: Any, results: dict[TopicPartition, Pro
         for part in topic.partition_data:
             r = results[TopicPartition(topic.name, int(part.index))]
             append_time = (
-                None if r.log_append_time < 0
+                None
+                if r.log_append_time < 0
                 else _EPOCH + datetime.timedelta(milliseconds=r.log_append_time)
             )
-            parts.append(registry.build(
-                part_cls, index=part.index, error_code=r.error, base_offset=r.base_offset,
-                log_append_time=append_time, log_start_offset=r.log_start_offset,
-                record_errors=(), error_message=r.error_message,
-            ))
+            parts.append(
+                registry.build(
+                    part_cls,
+                    index=part.index,
+                    error_code=r.error,
+                    base_offset=r.base_offset,
+                    log_append_time=append_time,
+                    log_start_offset=r.log_start_offset,
+                    record_errors=(),
+                    error_message=r.error_message,
+                )
+            )
         topics.append(registry.build(topic_cls, name=topic.name, partition_responses=tuple(parts)))
     return registry.build(cls, responses=tuple(topics), throttle_time=datetime.timedelta(0))

@@ -15,13 +15,27 @@ from broker.protocol.errors import ErrorCode, KafkaError
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     cls = registry.response_class(22, ctx.version)
     if request.transactional_id is not None:
-        return registry.build(cls, throttle_time=datetime.timedelta(0),
-                              error_code=ErrorCode.transactional_id_authorization_failed,
-                              producer_id=-1, producer_epoch=-1)
+        return registry.build(
+            cls,
+            throttle_time=datetime.timedelta(0),
+            error_code=ErrorCode.transactional_id_authorization_failed,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     try:
         pid = await ctx.services.producer_ids.next_id()
     except KafkaError as exc:
-        return registry.build(cls, throttle_time=datetime.timedelta(0), error_code=exc.code,
-                              producer_id=-1, producer_epoch=-1)
-    return registry.build(cls, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none,
-                          producer_id=pid, producer_epoch=0)
+        return registry.build(
+            cls,
+            throttle_time=datetime.timedelta(0),
+            error_code=exc.code,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    return registry.build(
+        cls,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        producer_id=pid,
+        producer_epoch=0,
+    )

@@ -27,13 +27,26 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
         parts = []
         for p in t.partitions:
             try:
-                low = rm.delete_records(TopicPartition(t.name, int(p.partition_index)),
-                                        int(p.offset))
-                parts.append(registry.build(part_cls, partition_index=p.partition_index,
-                                            low_watermark=low, error_code=ErrorCode.none))
+                low = rm.delete_records(
+                    TopicPartition(t.name, int(p.partition_index)), int(p.offset)
+                )
+                parts.append(
+                    registry.build(
+                        part_cls,
+                        partition_index=p.partition_index,
+                        low_watermark=low,
+                        error_code=ErrorCode.none,
+                    )
+                )
             except KafkaError as exc:
-                parts.append(registry.build(part_cls, partition_index=p.partition_index,
-                                            low_watermark=-1, error_code=exc.code))
+                parts.append(
+                    registry.build(
+                        part_cls,
+                        partition_index=p.partition_index,
+                        low_watermark=-1,
+                        error_code=exc.code,
+                    )
+                )
         topics.append(registry.build(topic_cls, name=t.name, partitions=tuple(parts)))
     return registry.build(cls, throttle_time=datetime.timedelta(0), topics=tuple(topics))
 
@@ -52,11 +65,24 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
                 partition = rm.leader_partition(tp)
                 partition.check_leader_epoch(int(p.current_leader_epoch))
                 epoch, end = partition.log.leader_epoch_cache.end_offset_for(int(p.leader_epoch))
-                parts.append(registry.build(part_cls, error_code=ErrorCode.none,
-                                            partition=p.partition, leader_epoch=epoch,
-                                            end_offset=end))
+                parts.append(
+                    registry.build(
+                        part_cls,
+                        error_code=ErrorCode.none,
+                        partition=p.partition,
+                        leader_epoch=epoch,
+                        end_offset=end,
+                    )
+                )
             except KafkaError as exc:
-                parts.append(registry.build(part_cls, error_code=exc.code, partition=p.partition,
-                                            leader_epoch=-1, end_offset=-1))
+                parts.append(
+                    registry.build(
+                        part_cls,
+                        error_code=exc.code,
+                        partition=p.partition,
+                        leader_epoch=-1,
+                        end_offset=-1,
+                    )
+                )
         topics.append(registry.build(topic_cls, topic=t.topic, partitions=tuple(parts)))
     return registry.build(cls, throttle_time=datetime.timedelta(0), topics=tuple(topics))

@@ -23,17 +23,25 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     for t in request.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
     for t in request.topics:
-        kwargs: dict[str, Any] = {"name": t.name, "topic_id": None, "error_message": None,
-                                  "configs": None, "num_partitions": -1,
-                                  "replication_factor": -1}
+        kwargs: dict[str, Any] = {
+            "name": t.name,
+            "topic_id": None,
+            "error_message": None,
+            "configs": None,
+            "num_partitions": -1,
+            "replication_factor": -1,
+        }
         try:
             if seen[t.name] > 1:
                 raise KafkaError("topic listed more than once", ErrorCode.invalid_request)
-            assignment = {int(a.partition_index): [int(b) for b in a.broker_ids]
-                          for a in t.assignments}
+            assignment = {
+                int(a.partition_index): [int(b) for b in a.broker_ids] for a in t.assignments
+            }
             if assignment and (t.num_partitions != -1 or t.replication_factor != -1):
-                raise KafkaError("give either an assignment or partitions and replication "
-                                 "factor, not both", ErrorCode.invalid_request)
+                raise KafkaError(
+                    "give either an assignment or partitions and replication factor, not both",
+                    ErrorCode.invalid_request,
+                )
             num_partitions = int(t.num_partitions)
             if num_partitions == -1:
                 num_partitions = config["num.partitions"]
@@ -59,9 +67,11 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             if config_cls is not None:
                 kwargs["configs"] = tuple(
                     registry.build(
-                        config_cls, name=name,
+                        config_cls,
+                        name=name,
                         value=format_config_value(log_config.value_of(name)),
-                        read_only=False, config_source=1 if name in overrides else 5,
+                        read_only=False,
+                        config_source=1 if name in overrides else 5,
                         is_sensitive=False,
                     )
                     for name in sorted(TOPIC_CONFIGS)
@@ -92,15 +102,25 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
                 raise KafkaError("unknown topic id", ErrorCode.unknown_topic_id)
             info = cache.topic(name)
             await controller.delete_topic(name)
-            results.append(registry.build(
-                result_cls, name=name, topic_id=info.topic_id if info else topic_id,
-                error_code=ErrorCode.none, error_message=None,
-            ))
+            results.append(
+                registry.build(
+                    result_cls,
+                    name=name,
+                    topic_id=info.topic_id if info else topic_id,
+                    error_code=ErrorCode.none,
+                    error_message=None,
+                )
+            )
         except KafkaError as exc:
-            results.append(registry.build(
-                result_cls, name=name, topic_id=topic_id, error_code=exc.code,
-                error_message=str(exc) or None,
-            ))
+            results.append(
+                registry.build(
+                    result_cls,
+                    name=name,
+                    topic_id=topic_id,
+                    error_code=exc.code,
+                    error_message=str(exc) or None,
+                )
+            )
     return registry.build(cls, throttle_time=datetime.timedelta(0), responses=tuple(results))
 
 
@@ -113,14 +133,21 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
         try:
             assignments = (
                 [[int(b) for b in a.broker_ids] for a in t.assignments]
-                if t.assignments is not None else None
+                if t.assignments is not None
+                else None
             )
             await controller.create_partitions(
                 t.name, int(t.count), assignments, validate_only=bool(request.validate_only)
             )
-            results.append(registry.build(result_cls, name=t.name, error_code=ErrorCode.none,
-                                          error_message=None))
+            results.append(
+                registry.build(
+                    result_cls, name=t.name, error_code=ErrorCode.none, error_message=None
+                )
+            )
         except KafkaError as exc:
-            results.append(registry.build(result_cls, name=t.name, error_code=exc.code,
-                                          error_message=str(exc) or None))
+            results.append(
+                registry.build(
+                    result_cls, name=t.name, error_code=exc.code, error_message=str(exc) or None
+                )
+            )
     return registry.build(cls, throttle_time=datetime.timedelta(0), results=tuple(results))

@@ -15,8 +15,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sub = p.add_subparsers(dest="broker_command", metavar="ACTION", required=True)
     start = sub.add_parser("start", help="start a broker in the foreground")
     start.add_argument("--config", required=True, help="server.properties file")
-    start.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a broker property (repeatable)")
+    start.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a broker property (repeatable)",
+    )
     start.set_defaults(func=run)
 
 

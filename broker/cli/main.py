@@ -28,8 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Millrace: a Kafka-compatible event streaming platform built for Spark.",
     )
     parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
-    parser.add_argument("--log-config", default=None, metavar="FILE",
-                        help="logging dictConfig JSON file (e.g. conf/logging.json)")
+    parser.add_argument(
+        "--log-config",
+        default=None,
+        metavar="FILE",
+        help="logging dictConfig JSON file (e.g. conf/logging.json)",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
         try:

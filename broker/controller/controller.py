@@ -162,10 +162,14 @@ class Controller:
             if self.metadata.topic(name) is not None:
                 raise TopicExistsError(f"topic {name!r} already exists")
             topic_id = uuid.uuid4()
-            info = TopicInfo(name, topic_id, {
-                p: PartitionInfo(p, replicas[0], 0, tuple(replicas), tuple(replicas))
-                for p, replicas in assignment.items()
-            })
+            info = TopicInfo(
+                name,
+                topic_id,
+                {
+                    p: PartitionInfo(p, replicas[0], 0, tuple(replicas), tuple(replicas))
+                    for p, replicas in assignment.items()
+                },
+            )
             if validate_only:
                 return info
             try:
@@ -188,8 +192,9 @@ class Controller:
         async with self._lock:
             info = self.metadata.topic(name)
             if info is None:
-                raise KafkaError(f"topic {name!r} does not exist",
-                                 ErrorCode.unknown_topic_or_partition)
+                raise KafkaError(
+                    f"topic {name!r} does not exist", ErrorCode.unknown_topic_or_partition
+                )
             current = len(info.partitions)
             if count <= current:
                 raise InvalidPartitionsError(
@@ -201,7 +206,9 @@ class Controller:
                 if len(assignments) != count - current:
                     raise KafkaError(
                         f"assignment lists {len(assignments)} partitions, expected "
-                        f"{count - current}", ErrorCode.invalid_replica_assignment)
+                        f"{count - current}",
+                        ErrorCode.invalid_replica_assignment,
+                    )
                 new = {current + i: r for i, r in enumerate(assignments)}
                 validate_assignment(new, live, start_partition=current)
             else:
@@ -210,22 +217,26 @@ class Controller:
                 return
             full = {p: list(pi.replicas) for p, pi in info.partitions.items()} | new
             current_znode = await self.zk.get_topic_with_version(name)
-            if current_znode is None or await self.zk.set_topic_assignment(
-                name, full, current_znode.zk_version
-            ) is None:
+            if (
+                current_znode is None
+                or await self.zk.set_topic_assignment(name, full, current_znode.zk_version) is None
+            ):
                 raise KafkaError(f"topic {name!r} changed concurrently", ErrorCode.not_controller)
             await self._elect_leaders(name, info.topic_id, new, dict(info.partitions))
 
     async def delete_topic(self, name: str) -> None:
         self._require_active()
         if not self.config["delete.topic.enable"]:
-            raise KafkaError("topic deletion is disabled (delete.topic.enable=false)",
-                             ErrorCode.topic_deletion_disabled)
+            raise KafkaError(
+                "topic deletion is disabled (delete.topic.enable=false)",
+                ErrorCode.topic_deletion_disabled,
+            )
         async with self._lock:
             info = self.metadata.topic(name)
             if info is None:
-                raise KafkaError(f"topic {name!r} does not exist",
-                                 ErrorCode.unknown_topic_or_partition)
+                raise KafkaError(
+                    f"topic {name!r} does not exist", ErrorCode.unknown_topic_or_partition
+                )
             await self.zk.mark_topic_for_deletion(name)
             for p in info.partitions:
                 self.replica_manager.stop_replica(TopicPartition(name, p), delete=True)
@@ -271,7 +282,9 @@ class Controller:
                 alive = [r for r in replicas_t if r in live]
                 leader = alive[0] if alive else -1
                 state = znodes.PartitionState(
-                    leader=leader, leader_epoch=0, isr=alive or list(replicas_t[:1]),
+                    leader=leader,
+                    leader_epoch=0,
+                    isr=alive or list(replicas_t[:1]),
                     controller_epoch=self.epoch or 0,
                 )
                 await self.zk.create_partition_state(name, p, state)
@@ -284,12 +297,16 @@ class Controller:
                 if self.broker_id in isr:
                     leader = self.broker_id if old.leader not in isr else old.leader
                 state = znodes.PartitionState(
-                    leader=leader, leader_epoch=old.leader_epoch + 1, isr=isr or old.isr,
+                    leader=leader,
+                    leader_epoch=old.leader_epoch + 1,
+                    isr=isr or old.isr,
                     controller_epoch=self.epoch or 0,
                 )
                 if await self.zk.update_partition_state(name, p, state, version) is None:
-                    raise KafkaError(f"partition state of {name}-{p} changed concurrently",
-                                     ErrorCode.not_controller)
+                    raise KafkaError(
+                        f"partition state of {name}-{p} changed concurrently",
+                        ErrorCode.not_controller,
+                    )
             partitions[p] = PartitionInfo(
                 p, state.leader, state.leader_epoch, replicas_t, tuple(state.isr)
             )

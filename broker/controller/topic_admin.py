@@ -118,8 +118,9 @@ def validate_assignment(
         raise InvalidReplicaAssignmentError("partitions in the assignment must be consecutive")
     factors = {len(r) for r in assignment.values()}
     if len(factors) != 1 or 0 in factors:
-        raise InvalidReplicaAssignmentError("every partition needs the same, non-zero, "
-                                            "number of replicas")
+        raise InvalidReplicaAssignmentError(
+            "every partition needs the same, non-zero, number of replicas"
+        )
     live = set(live_brokers)
     for p, replicas in assignment.items():
         if len(set(replicas)) != len(replicas):

@@ -30,8 +30,9 @@ class ProducerIdManager:
                 try:
                     start, end = await self._allocate_block()
                 except Exception as exc:
-                    raise KafkaError(f"cannot allocate producer ids: {exc}",
-                                     ErrorCode.coordinator_not_available) from exc
+                    raise KafkaError(
+                        f"cannot allocate producer ids: {exc}", ErrorCode.coordinator_not_available
+                    ) from exc
                 self._next, self._end = start, end
             pid = self._next
             self._next += 1

@@ -164,11 +164,10 @@ class KafkaServer:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        info = ConnectionInfo(f"{peer[0]}:{peer[1]}" if peer else "?", self._listener,
-                              self._next_id)
-        queue: asyncio.Queue[asyncio.Task[Response | None] | None] = asyncio.Queue(
-            self._max_queued
+        info = ConnectionInfo(
+            f"{peer[0]}:{peer[1]}" if peer else "?", self._listener, self._next_id
         )
+        queue: asyncio.Queue[asyncio.Task[Response | None] | None] = asyncio.Queue(self._max_queued)
         writer_task = asyncio.create_task(self._write_loop(queue, writer, info))
         try:
             await self._read_loop(reader, queue, info, writer_task)
@@ -198,8 +197,7 @@ class KafkaServer:
         while not writer_task.done():
             try:
                 if queue.empty():
-                    prefix = await asyncio.wait_for(reader.readexactly(4),
-                                                    self._idle_timeout_s)
+                    prefix = await asyncio.wait_for(reader.readexactly(4), self._idle_timeout_s)
                 else:
                     prefix = await reader.readexactly(4)
             except TimeoutError:
@@ -242,8 +240,12 @@ class KafkaServer:
                         writer.write(chunk)
                     else:
                         await writer.drain()
-                        await loop.sendfile(transport, cast(Any, _RegionFile(chunk.file)),
-                                            chunk.position, chunk.size)
+                        await loop.sendfile(
+                            transport,
+                            cast(Any, _RegionFile(chunk.file)),
+                            chunk.position,
+                            chunk.size,
+                        )
                 await writer.drain()
         except (ConnectionError, OSError) as exc:
             log.debug("connection %s write failed: %s", info.peer, exc)

@@ -65,8 +65,15 @@ def decompress(codec: int, data: bytes, max_bytes: int) -> bytes:
             return _bounded_zstd(data, max_bytes)
     except DecompressionError:
         raise
-    except (OSError, ValueError, EOFError, RuntimeError, zlib.error, zstandard.ZstdError,
-            cramjam.DecompressionError) as exc:
+    except (
+        OSError,
+        ValueError,
+        EOFError,
+        RuntimeError,
+        zlib.error,
+        zstandard.ZstdError,
+        cramjam.DecompressionError,
+    ) as exc:
         raise DecompressionError(f"cannot decompress {NAMES.get(codec)} batch: {exc}") from exc
     raise DecompressionError(f"unknown compression codec {codec}")
 

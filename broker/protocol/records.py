@@ -220,8 +220,7 @@ def validate_for_append(
     for header in iter_batches(buf):
         if header.size > max_batch_bytes:
             raise RecordTooLargeError(
-                f"record batch of {header.size} bytes exceeds max.message.bytes "
-                f"{max_batch_bytes}"
+                f"record batch of {header.size} bytes exceeds max.message.bytes {max_batch_bytes}"
             )
         if not crc_ok(buf, header):
             raise CorruptRecordError(f"record batch at byte {header.position} fails its CRC")
@@ -266,7 +265,9 @@ def set_base_offset(buf: bytearray | memoryview, header: BatchHeader, base_offse
     _I64.pack_into(buf, header.position, base_offset)
 
 
-def set_partition_leader_epoch(buf: bytearray | memoryview, header: BatchHeader, epoch: int) -> None:
+def set_partition_leader_epoch(
+    buf: bytearray | memoryview, header: BatchHeader, epoch: int
+) -> None:
     _I32.pack_into(buf, header.position + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
@@ -365,7 +366,9 @@ def decode_records(
             hdrs.append(((hk or b"").decode("utf-8", "replace"), hv))
         if pos != end:
             raise CorruptRecordError("record length does not match its fields")
-        ts = header.max_timestamp if header.is_log_append_time else header.first_timestamp + ts_delta
+        ts = (
+            header.max_timestamp if header.is_log_append_time else header.first_timestamp + ts_delta
+        )
         out.append(Record(header.base_offset + off_delta, ts, key, value, tuple(hdrs)))
     if pos != len(data):
         raise CorruptRecordError("record batch holds bytes past its last record")
@@ -423,7 +426,9 @@ def encode_batch(
                 rec += hv
         _write_varint(body, len(rec))
         body += rec
-    payload = compression.compress(compression_type, bytes(body)) if compression_type else bytes(body)
+    payload = (
+        compression.compress(compression_type, bytes(body)) if compression_type else bytes(body)
+    )
     attrs = compression_type
     if log_append_time:
         attrs |= TIMESTAMP_TYPE_MASK
@@ -434,8 +439,19 @@ def encode_batch(
     batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
     out = bytearray(
         HEADER.pack(
-            base_offset, batch_length, partition_leader_epoch, 2, 0, attrs, len(records) - 1,
-            first_ts, max_ts, producer_id, producer_epoch, base_sequence, len(records),
+            base_offset,
+            batch_length,
+            partition_leader_epoch,
+            2,
+            0,
+            attrs,
+            len(records) - 1,
+            first_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
         )
     )
     out += payload

@@ -88,7 +88,9 @@ class Partition:
         if current_leader_epoch > self.leader_epoch:
             raise UnknownLeaderEpochError(f"leader epoch {current_leader_epoch} is unknown")
 
-    def make_leader(self, leader_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]) -> None:
+    def make_leader(
+        self, leader_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]
+    ) -> None:
         self.leader_id = self.broker_id
         self.leader_epoch = leader_epoch
         self.replicas = replicas

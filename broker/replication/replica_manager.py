@@ -221,9 +221,7 @@ class ReplicaManager:
                     return False
             return True
 
-        await self.purgatory.wait_until(
-            [("hw", tp) for tp in waiting], acked, timeout_ms / 1000.0
-        )
+        await self.purgatory.wait_until([("hw", tp) for tp in waiting], acked, timeout_ms / 1000.0)
         for tp, required in waiting.items():
             p = self.partitions.get(tp)
             if p is None or not p.is_leader:
@@ -302,20 +300,21 @@ class ReplicaManager:
 
         def enough() -> bool:
             holder[0] = read()
-            return (
-                sum(r.size for r in holder[0]) >= min_bytes
-                or any(r.error != ErrorCode.none for r in holder[0])
+            return sum(r.size for r in holder[0]) >= min_bytes or any(
+                r.error != ErrorCode.none for r in holder[0]
             )
 
-        await self.purgatory.wait_until(
-            [r.tp for r in requests], enough, max_wait_ms / 1000.0
-        )
+        await self.purgatory.wait_until([r.tp for r in requests], enough, max_wait_ms / 1000.0)
         return holder[0]
 
     # --- offsets --------------------------------------------------------------------------
 
     def list_offset(
-        self, tp: TopicPartition, timestamp: int, *, current_leader_epoch: int = -1,
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        *,
+        current_leader_epoch: int = -1,
         committed_only: bool = True,
     ) -> tuple[int, int, int]:
         """(offset, timestamp, leader_epoch) answering a ListOffsets query."""

@@ -70,8 +70,9 @@ def test_uvarint_round_trip(value: int) -> None:
     correlation=st.integers(min_value=-(2**31), max_value=2**31 - 1),
     client=st.one_of(st.none(), st.text(max_size=30)),
 )
-def test_request_header_parses(api_key: int, version: int, correlation: int,
-                               client: str | None) -> None:
+def test_request_header_parses(
+    api_key: int, version: int, correlation: int, client: str | None
+) -> None:
     import struct
 
     raw = struct.pack(">hhi", api_key, version, correlation)
@@ -82,7 +83,10 @@ def test_request_header_parses(api_key: int, version: int, correlation: int,
         raw += struct.pack(">h", len(enc)) + enc
     header, pos = framing.parse_request_header(raw + b"rest")
     assert (header.api_key, header.api_version, header.correlation_id) == (
-        api_key, version, correlation)
+        api_key,
+        version,
+        correlation,
+    )
     assert header.client_id == client
     assert raw[pos:] + b"rest" == (raw + b"rest")[pos:]
 

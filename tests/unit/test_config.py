@@ -41,8 +41,14 @@ def test_ignored_kafka_properties_are_accepted() -> None:
 
 
 def test_broker_settings_become_topic_defaults() -> None:
-    cfg = BrokerConfig({"log.segment.bytes": "1048576", "log.retention.minutes": "5",
-                        "log.cleanup.policy": "compact,delete", "min.insync.replicas": "2"})
+    cfg = BrokerConfig(
+        {
+            "log.segment.bytes": "1048576",
+            "log.retention.minutes": "5",
+            "log.cleanup.policy": "compact,delete",
+            "min.insync.replicas": "2",
+        }
+    )
     lc = cfg.default_log_config()
     assert lc.segment_bytes == 1_048_576
     assert lc.retention_ms == 300_000
@@ -53,8 +59,9 @@ def test_broker_settings_become_topic_defaults() -> None:
 
 
 def test_topic_overrides_validate() -> None:
-    lc = LogConfig().with_overrides({"retention.ms": "1000", "message.timestamp.type":
-                                     "LogAppendTime"})
+    lc = LogConfig().with_overrides(
+        {"retention.ms": "1000", "message.timestamp.type": "LogAppendTime"}
+    )
     assert lc.retention_ms == 1000 and lc.log_append_time
     with pytest.raises(ConfigError, match="segment.bytes"):
         LogConfig().with_overrides({"segment.bytes": "1"})
@@ -62,7 +69,9 @@ def test_topic_overrides_validate() -> None:
 
 def test_properties_file(tmp_path: Path) -> None:
     p = tmp_path / "server.properties"
-    p.write_text("# comment\n! other\nbroker.id = 3\nlog.dirs=/a,\\\n  /b\nlisteners:PLAINTEXT://127.0.0.1:9\n")
+    p.write_text(
+        "# comment\n! other\nbroker.id = 3\nlog.dirs=/a,\\\n  /b\nlisteners:PLAINTEXT://127.0.0.1:9\n"
+    )
     props = read_properties(p)
     assert props == {"broker.id": "3", "log.dirs": "/a,/b", "listeners": "PLAINTEXT://127.0.0.1:9"}
     cfg = BrokerConfig(props)

@@ -21,8 +21,12 @@ def _batch(n: int = 3, codec: int = 0, key: bytes | None = b"k", ts: int = NOW) 
 
 def _validate(buf: bytes | bytearray, **kw: object) -> records.ValidatedBatches:
     args: dict[str, object] = dict(
-        max_batch_bytes=1_000_000, now_ms=NOW, timestamp_before_max_ms=2**62,
-        timestamp_after_max_ms=2**62, log_append_time=False, compacted=False,
+        max_batch_bytes=1_000_000,
+        now_ms=NOW,
+        timestamp_before_max_ms=2**62,
+        timestamp_after_max_ms=2**62,
+        log_append_time=False,
+        compacted=False,
     )
     args.update(kw)
     return records.validate_for_append(buf, **args)  # type: ignore[arg-type]

@@ -34,8 +34,11 @@ def test_assignment_continues_from_start_partition() -> None:
 
 @pytest.mark.parametrize(
     ("partitions", "rf", "code"),
-    [(0, 1, ErrorCode.invalid_partitions), (1, 0, ErrorCode.invalid_replication_factor),
-     (1, 4, ErrorCode.invalid_replication_factor)],
+    [
+        (0, 1, ErrorCode.invalid_partitions),
+        (1, 0, ErrorCode.invalid_replication_factor),
+        (1, 4, ErrorCode.invalid_replication_factor),
+    ],
 )
 def test_assignment_rejects_bad_counts(partitions: int, rf: int, code: ErrorCode) -> None:
     with pytest.raises(ta.KafkaError) as info:
@@ -60,7 +63,8 @@ def test_config_validation_names_the_property() -> None:
     with pytest.raises(ta.InvalidConfigError, match="no.such.config"):
         ta.validate_configs({"no.such.config": "1"})
     assert ta.validate_configs({"cleanup.policy": "compact", "segment.ms": None}) == {
-        "cleanup.policy": "compact"}
+        "cleanup.policy": "compact"
+    }
 
 
 def test_manual_assignment_validation() -> None:
