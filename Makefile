@@ -35,9 +35,10 @@ demo: setup
 	$(PY) -m broker.cli.demo
 
 bench: setup
-	@echo "make bench: not yet (the benchmark issue builds it)"
+	$(PY) bench/single_broker.py --records 1000000 --runs 3
 
-bench-quick: bench
+bench-quick: setup
+	$(PY) bench/single_broker.py --records 200000 --runs 1 --out /tmp/millrace-bench-quick.md
 
 cluster-up: setup
 	$(VENV)/bin/millrace cluster up --dir $(DIR) --brokers $(BROKERS)
