@@ -62,9 +62,9 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> A
         for p in t.partitions:
             tp = TopicPartition(t.topic, int(p.partition))
             try:
-                partition = rm.leader_partition(tp)
-                partition.check_leader_epoch(int(p.current_leader_epoch))
-                epoch, end = partition.log.leader_epoch_cache.end_offset_for(int(p.leader_epoch))
+                epoch, end = rm.end_offset_for_epoch(
+                    tp, int(p.leader_epoch), current_leader_epoch=int(p.current_leader_epoch)
+                )
                 parts.append(
                     registry.build(
                         part_cls,

@@ -337,6 +337,14 @@ class ReplicaManager:
             return -1, -1, epoch
         return found[0], found[1], epoch
 
+    def end_offset_for_epoch(
+        self, tp: TopicPartition, leader_epoch: int, *, current_leader_epoch: int = -1
+    ) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (epoch, end offset) from the leader epoch cache."""
+        partition = self.leader_partition(tp)
+        partition.check_leader_epoch(current_leader_epoch)
+        return partition.log.leader_epoch_cache.end_offset_for(leader_epoch)
+
     def delete_records(self, tp: TopicPartition, offset: int) -> int:
         """Advance the log start offset (DeleteRecords); returns the new low watermark."""
         partition = self.leader_partition(tp)
