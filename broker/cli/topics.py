@@ -1,0 +1,688 @@
+"""``millrace topics create|list|describe|alter|delete``: topic administration with the option
+names of Kafka's ``kafka-topics.sh``, over the Kafka admin protocol (confluent-kafka's
+``AdminClient``), so it works against any Kafka-compatible cluster.
+
+Output follows ``kafka-topics.sh``::
+
+    Topic: t\tTopicId: <id>\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: k=v,...
+    \tTopic: t\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1
+
+``Configs`` lists the entries whose source is not the built-in default (as Kafka does);
+``--topics-with-overrides`` shows only topics that have dynamic topic-level overrides
+(``/config/topics/<topic>``). ``--under-replicated-partitions`` and
+``--unavailable-partitions`` print only the matching partition lines. ``--topic`` accepts a
+regular expression except for ``create``.
+
+``alter`` goes beyond ``kafka-topics.sh`` (which delegates configs to ``kafka-configs.sh``):
+``--partitions`` adds partitions, ``--config k=v`` sets and ``--delete-config k`` removes
+topic overrides through IncrementalAlterConfigs.
+
+The bootstrap servers come from ``--bootstrap-server``, else the ``bootstrap_servers`` of
+``--dir D``'s ``cluster.json`` (written by ``millrace cluster up``), else the environment
+variable ``MILLRACE_BOOTSTRAP``, else ``127.0.0.1:9092``. The connection helpers here are
+shared with the console tools (``broker.cli.console``).
+
+Errors: one line on stderr naming the topic or option, exit code 1; bad usage exits 2
+(argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+BOOTSTRAP_ENV = "MILLRACE_BOOTSTRAP"
+_PROG = "millrace topics"
+
+
+class CliError(Exception):
+    """A failure to report as one line on stderr with exit code 1."""
+
+
+# --- connection helpers (shared with broker.cli.console) ----------------------------------
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--bootstrap-server``, ``--dir`` and ``--command-config``."""
+    parser.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT[,HOST:PORT]",
+        help="brokers to connect to (default: --dir's cluster.json, else $"
+        f"{BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
+    )
+    parser.add_argument(
+        "--dir", metavar="D", help="cluster directory of `millrace cluster up` (reads cluster.json)"
+    )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="properties file of client settings (librdkafka names)",
+    )
+
+
+def resolve_bootstrap(bootstrap: str | None, cluster_dir: str | None) -> str:
+    """The bootstrap servers: explicit, else ``cluster.json`` of ``cluster_dir``, else the
+    ``MILLRACE_BOOTSTRAP`` environment variable, else ``127.0.0.1:9092``."""
+    if bootstrap:
+        return bootstrap
+    if cluster_dir:
+        path = Path(cluster_dir) / "cluster.json"
+        try:
+            servers = json.loads(path.read_text())["bootstrap_servers"]
+        except FileNotFoundError as exc:
+            raise CliError(f"--dir {cluster_dir}: {path} not found (is the cluster up?)") from exc
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CliError(
+                f"--dir {cluster_dir}: cannot read bootstrap_servers from {path}: {exc}"
+            ) from exc
+        if not isinstance(servers, str) or not servers:
+            raise CliError(f"--dir {cluster_dir}: {path} has no bootstrap_servers")
+        return servers
+    return os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
+
+
+def parse_key_values(items: Iterable[str], option: str) -> dict[str, str]:
+    """Parse ``k=v`` strings (values may contain ``=``); a malformed one raises CliError."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"{option} {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+def read_properties_file(path: str, option: str) -> dict[str, str]:
+    """Read a Java-style ``.properties`` file (``k=v`` or ``k: v``, ``#``/``!`` comments)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise CliError(f"{option} {path}: {exc.strerror or exc}") from exc
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if not match:
+            raise CliError(f"{option} {path}: cannot parse line {raw!r}")
+        out[match.group(1)] = match.group(2)
+    return out
+
+
+def client_config(args: argparse.Namespace, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """The base librdkafka configuration for a CLI client: bootstrap servers, quiet logging
+    unless ``--log-level`` is DEBUG or INFO, then ``--command-config`` and ``extra``."""
+    conf: dict[str, Any] = {
+        "bootstrap.servers": resolve_bootstrap(
+            getattr(args, "bootstrap_server", None), getattr(args, "dir", None)
+        ),
+    }
+    level = str(getattr(args, "log_level", "WARNING")).upper()
+    if level in ("DEBUG", "INFO"):
+        conf["logger"] = logging.getLogger("millrace.librdkafka")
+    else:
+        conf["log_level"] = 0  # errors are reported by the command itself
+    command_config = getattr(args, "command_config", None)
+    if command_config:
+        conf.update(read_properties_file(command_config, "--command-config"))
+    if extra:
+        conf.update(extra)
+    return conf
+
+
+def kafka_error_text(exc: BaseException) -> str:
+    """A one-line description of a confluent-kafka exception (its KafkaError if any)."""
+    err = exc.args[0] if exc.args else None
+    describe = getattr(err, "str", None)
+    name = getattr(err, "name", None)
+    if callable(describe) and callable(name):
+        return f"{describe()} ({name()})"
+    return str(exc) or type(exc).__name__
+
+
+def _error_code(exc: BaseException) -> str | None:
+    err = exc.args[0] if exc.args else None
+    name = getattr(err, "name", None)
+    return str(name()) if callable(name) else None
+
+
+# --- argument parsing ----------------------------------------------------------------------
+
+
+def parse_replica_assignment(text: str) -> list[list[int]]:
+    """``"1:2,2:1"`` -> ``[[1, 2], [2, 1]]`` (partitions by comma, replicas by colon)."""
+    result: list[list[int]] = []
+    for i, part in enumerate(text.split(",")):
+        try:
+            replicas = [int(r) for r in part.split(":")]
+        except ValueError as exc:
+            raise CliError(
+                f"--replica-assignment {text!r}: partition {i} has a non-integer broker id"
+            ) from exc
+        if len(set(replicas)) != len(replicas):
+            raise CliError(
+                f"--replica-assignment {text!r}: partition {i} lists a broker more than once"
+            )
+        if result and len(replicas) != len(result[0]):
+            raise CliError(
+                f"--replica-assignment {text!r}: partition {i} has {len(replicas)} replicas, "
+                f"partition 0 has {len(result[0])}"
+            )
+        result.append(replicas)
+    return result
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "topics",
+        help="create, list, describe, alter and delete topics (like kafka-topics.sh)",
+        description="Topic administration with kafka-topics.sh option names.",
+    )
+    actions = p.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
+
+    common = argparse.ArgumentParser(add_help=False)
+    add_connection_options(common)
+    common.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="request timeout (default 30)",
+    )
+
+    create = actions.add_parser("create", parents=[common], help="create a topic")
+    create.add_argument("--topic", required=True, help="topic to create")
+    create.add_argument(
+        "--partitions",
+        type=_positive_int,
+        help="number of partitions (default: the broker's num.partitions)",
+    )
+    create.add_argument(
+        "--replication-factor",
+        type=_positive_int,
+        help="replicas per partition (default: default.replication.factor)",
+    )
+    create.add_argument(
+        "--replica-assignment",
+        metavar="B1:B2,B2:B1",
+        help="explicit replicas per partition (partitions by ',', replicas by ':')",
+    )
+    create.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="topic config override (repeatable)",
+    )
+    create.add_argument(
+        "--if-not-exists", action="store_true", help="do nothing if the topic already exists"
+    )
+    create.set_defaults(func=run_create, _parser=create)
+
+    lst = actions.add_parser("list", parents=[common], help="list topic names")
+    lst.add_argument("--topic", help="only topics matching this regular expression")
+    lst.add_argument("--exclude-internal", action="store_true", help="hide internal topics")
+    lst.set_defaults(func=run_list, _parser=lst)
+
+    describe = actions.add_parser("describe", parents=[common], help="describe topics")
+    describe.add_argument("--topic", help="topic name or regular expression (default: all)")
+    describe.add_argument("--if-exists", action="store_true", help="do nothing if no topic matches")
+    describe.add_argument("--exclude-internal", action="store_true", help="hide internal topics")
+    describe.add_argument(
+        "--topics-with-overrides",
+        action="store_true",
+        help="only topics with topic-level config overrides",
+    )
+    describe.add_argument(
+        "--under-replicated-partitions",
+        action="store_true",
+        help="only partitions whose ISR is smaller than their replica set",
+    )
+    describe.add_argument(
+        "--unavailable-partitions", action="store_true", help="only partitions without a leader"
+    )
+    describe.set_defaults(func=run_describe, _parser=describe)
+
+    alter = actions.add_parser(
+        "alter", parents=[common], help="add partitions or change topic configs"
+    )
+    alter.add_argument("--topic", required=True, help="topic name or regular expression")
+    alter.add_argument("--partitions", type=_positive_int, help="new total partition count")
+    alter.add_argument(
+        "--replica-assignment",
+        metavar="B1:B2,B2:B1",
+        help="replicas of all partitions; those of the new ones are used",
+    )
+    alter.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a topic config override (repeatable)",
+    )
+    alter.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="remove a topic config override (repeatable)",
+    )
+    alter.add_argument("--if-exists", action="store_true", help="do nothing if no topic matches")
+    alter.set_defaults(func=run_alter, _parser=alter)
+
+    delete = actions.add_parser("delete", parents=[common], help="delete topics")
+    delete.add_argument("--topic", required=True, help="topic name or regular expression")
+    delete.add_argument("--if-exists", action="store_true", help="do nothing if no topic matches")
+    delete.set_defaults(func=run_delete, _parser=delete)
+
+
+# --- actions -------------------------------------------------------------------------------
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write(f"{_PROG}: {message}\n")
+    return 1
+
+
+def _admin(args: argparse.Namespace) -> AdminClient:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(client_config(args))
+
+
+def _topic_names(admin: AdminClient, timeout: float) -> list[str]:
+    from confluent_kafka import KafkaException
+
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise CliError(f"cannot list topics: {kafka_error_text(exc)}") from exc
+    return sorted(metadata.topics)
+
+
+def _is_internal(name: str) -> bool:
+    return name.startswith("__")
+
+
+def _matching(names: Sequence[str], pattern: str | None, exclude_internal: bool) -> list[str]:
+    out = [n for n in names if not (exclude_internal and _is_internal(n))]
+    if pattern is None:
+        return out
+    if pattern in out:
+        return [pattern]
+    try:
+        regex = re.compile(pattern)
+    except re.error:
+        return []
+    return [n for n in out if regex.fullmatch(n)]
+
+
+def _guard(func: Any) -> Any:
+    """Turn CliError (and unreachable clusters) into a one-line message and exit code 1."""
+
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return int(func(args))
+        except CliError as exc:
+            return _fail(str(exc))
+
+    wrapper.__doc__ = func.__doc__
+    return wrapper
+
+
+@_guard
+def run_create(args: argparse.Namespace) -> int:
+    """Create one topic."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    parser: argparse.ArgumentParser = args._parser
+    if args.replica_assignment and (args.partitions or args.replication_factor):
+        parser.error(
+            "--replica-assignment cannot be used with --partitions or --replication-factor"
+        )
+    configs = parse_key_values(args.config, "--config")
+    if args.replica_assignment:
+        assignment = parse_replica_assignment(args.replica_assignment)
+        new = NewTopic(
+            args.topic,
+            num_partitions=len(assignment),
+            replica_assignment=assignment,
+            config=configs,
+        )
+    else:
+        new = NewTopic(
+            args.topic,
+            num_partitions=args.partitions or -1,
+            replication_factor=args.replication_factor or -1,
+            config=configs,
+        )
+    admin = _admin(args)
+    try:
+        futures = admin.create_topics(
+            [new], request_timeout=args.timeout, operation_timeout=args.timeout
+        )
+    except (ValueError, TypeError) as exc:
+        raise CliError(f"cannot create topic '{args.topic}': {exc}") from exc
+    try:
+        futures[args.topic].result()
+    except KafkaException as exc:
+        if _error_code(exc) == "TOPIC_ALREADY_EXISTS":
+            if args.if_not_exists:
+                return 0
+            raise CliError(f"Topic '{args.topic}' already exists.") from exc
+        raise CliError(f"cannot create topic '{args.topic}': {kafka_error_text(exc)}") from exc
+    sys.stdout.write(f"Created topic {args.topic}.\n")
+    return 0
+
+
+@_guard
+def run_list(args: argparse.Namespace) -> int:
+    """Print topic names, one a line, sorted."""
+    admin = _admin(args)
+    for name in _matching(_topic_names(admin, args.timeout), args.topic, args.exclude_internal):
+        sys.stdout.write(name + "\n")
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """One partition as shown by ``describe``."""
+
+    partition: int
+    leader: int  # -1: none
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    """One topic as shown by ``describe``."""
+
+    name: str
+    topic_id: str
+    internal: bool
+    partitions: tuple[PartitionView, ...]
+
+
+def _uuid_text(uuid: object) -> str:
+    """A topic id as Kafka prints it: URL-safe base64 without padding."""
+    text = str(uuid) if uuid is not None else ""
+    return text.replace("+", "-").replace("/", "_").rstrip("=") or "(unknown)"
+
+
+def _describe_topics(admin: AdminClient, names: list[str], timeout: float) -> list[TopicView]:
+    """Describe via DescribeTopics (topic ids), falling back to plain Metadata."""
+    from confluent_kafka import KafkaException, TopicCollection
+
+    views: dict[str, TopicView] = {}
+    fallback = False
+    try:
+        futures = admin.describe_topics(TopicCollection(names), request_timeout=timeout)
+    except (KafkaException, ValueError, TypeError):
+        futures, fallback = {}, True
+    for name, future in futures.items():
+        try:
+            desc = future.result()
+        except KafkaException as exc:
+            if _error_code(exc) == "UNKNOWN_TOPIC_OR_PART":
+                continue  # deleted since it was listed
+            fallback = True  # e.g. a broker without topic ids: use plain Metadata
+            break
+        parts = tuple(
+            PartitionView(
+                p.id,
+                p.leader.id if p.leader is not None else -1,
+                tuple(n.id for n in p.replicas),
+                tuple(n.id for n in p.isr),
+            )
+            for p in sorted(desc.partitions, key=lambda p: p.id)
+        )
+        views[name] = TopicView(name, _uuid_text(desc.topic_id), bool(desc.is_internal), parts)
+    if not fallback:
+        return [views[n] for n in names if n in views]
+    views.clear()
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise CliError(f"cannot describe topics: {kafka_error_text(exc)}") from exc
+    for name in names:
+        topic = metadata.topics.get(name)
+        if topic is None:
+            continue
+        parts = tuple(
+            PartitionView(p.id, p.leader, tuple(p.replicas), tuple(p.isrs))
+            for p in sorted(topic.partitions.values(), key=lambda p: p.id)
+        )
+        views[name] = TopicView(name, "(unknown)", _is_internal(name), parts)
+    return [views[n] for n in names if n in views]
+
+
+def _describe_configs(
+    admin: AdminClient, names: list[str], timeout: float
+) -> dict[str, tuple[list[str], bool]]:
+    """Per topic: the ``k=v`` entries not at their default, and whether any is a topic
+    override."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
+
+    if not names:
+        return {}
+    resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
+    out: dict[str, tuple[list[str], bool]] = {}
+    futures = admin.describe_configs(resources, request_timeout=timeout)
+    for resource, future in futures.items():
+        try:
+            entries = future.result()
+        except KafkaException as exc:
+            raise CliError(
+                f"cannot describe configs of topic '{resource.name}': {kafka_error_text(exc)}"
+            ) from exc
+        shown: list[str] = []
+        override = False
+        for entry in entries.values():
+            source = entry.source.value if isinstance(entry.source, ConfigSource) else entry.source
+            if entry.is_default or source == ConfigSource.DEFAULT_CONFIG.value:
+                continue
+            value = "" if entry.is_sensitive or entry.value is None else entry.value
+            shown.append(f"{entry.name}={value}")
+            if source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value:
+                override = True
+        out[resource.name] = (shown, override)
+    return out
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ",".join(str(i) for i in ids)
+
+
+def format_topic(view: TopicView, configs: Sequence[str]) -> str:
+    """The ``Topic: ...`` header line of ``describe``."""
+    rf = len(view.partitions[0].replicas) if view.partitions else 0
+    return (
+        f"Topic: {view.name}\tTopicId: {view.topic_id}\tPartitionCount: "
+        f"{len(view.partitions)}\tReplicationFactor: {rf}\tConfigs: {','.join(configs)}"
+    )
+
+
+def format_partition(topic: str, part: PartitionView) -> str:
+    """One partition line of ``describe``."""
+    leader = "none" if part.leader < 0 else str(part.leader)
+    return (
+        f"\tTopic: {topic}\tPartition: {part.partition}\tLeader: {leader}\t"
+        f"Replicas: {_ids(part.replicas)}\tIsr: {_ids(part.isr)}"
+    )
+
+
+@_guard
+def run_describe(args: argparse.Namespace) -> int:
+    """Print topic and partition lines like kafka-topics.sh --describe."""
+    admin = _admin(args)
+    names = _matching(_topic_names(admin, args.timeout), args.topic, args.exclude_internal)
+    if not names:
+        if args.if_exists or args.topic is None:
+            return 0
+        raise CliError(f"Topic '{args.topic}' does not exist as expected")
+    views = _describe_topics(admin, names, args.timeout)
+    partition_filter = args.under_replicated_partitions or args.unavailable_partitions
+    configs = {} if partition_filter else _describe_configs(admin, names, args.timeout)
+    out = sys.stdout
+    for view in views:
+        if not partition_filter:
+            shown, override = configs.get(view.name, ([], False))
+            if args.topics_with_overrides:
+                if override:
+                    out.write(format_topic(view, shown) + "\n")
+                continue
+            out.write(format_topic(view, shown) + "\n")
+        for part in view.partitions:
+            if args.under_replicated_partitions and len(part.isr) >= len(part.replicas):
+                continue
+            if args.unavailable_partitions and part.leader >= 0:
+                continue
+            out.write(format_partition(view.name, part) + "\n")
+    return 0
+
+
+@_guard
+def run_alter(args: argparse.Namespace) -> int:
+    """Add partitions and/or set or delete topic config overrides."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        ResourceType,
+    )
+
+    parser: argparse.ArgumentParser = args._parser
+    if not (args.partitions or args.config or args.delete_config):
+        parser.error("alter needs --partitions, --config or --delete-config")
+    if args.replica_assignment and not args.partitions:
+        parser.error("--replica-assignment with alter needs --partitions")
+    sets = parse_key_values(args.config, "--config")
+    both = set(sets) & set(args.delete_config)
+    if both:
+        parser.error(f"--config and --delete-config both name {sorted(both)[0]}")
+    assignment = (
+        parse_replica_assignment(args.replica_assignment) if args.replica_assignment else None
+    )
+    admin = _admin(args)
+    names = _matching(_topic_names(admin, args.timeout), args.topic, False)
+    if not names:
+        if args.if_exists:
+            return 0
+        raise CliError(f"Topic '{args.topic}' does not exist as expected")
+
+    if args.partitions:
+        views = {v.name: v for v in _describe_topics(admin, names, args.timeout)}
+        requests = []
+        for name in names:
+            current = len(views[name].partitions) if name in views else 0
+            if args.partitions < current:
+                raise CliError(
+                    f"--partitions {args.partitions}: topic '{name}' has {current} partitions "
+                    "and the number of partitions can only be increased"
+                )
+            if args.partitions == current:
+                raise CliError(
+                    f"--partitions {args.partitions}: topic '{name}' already has "
+                    f"{current} partitions"
+                )
+            if assignment is not None:
+                if len(assignment) != args.partitions:
+                    raise CliError(
+                        f"--replica-assignment lists {len(assignment)} partitions, "
+                        f"--partitions is {args.partitions}"
+                    )
+                requests.append(NewPartitions(name, args.partitions, assignment[current:]))
+            else:
+                requests.append(NewPartitions(name, args.partitions))
+        try:
+            futures = admin.create_partitions(
+                requests, request_timeout=args.timeout, operation_timeout=args.timeout
+            )
+        except (ValueError, TypeError) as exc:
+            raise CliError(f"cannot add partitions: {exc}") from exc
+        for name, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                raise CliError(
+                    f"cannot add partitions to topic '{name}': {kafka_error_text(exc)}"
+                ) from exc
+            sys.stdout.write(f"Topic {name} now has {args.partitions} partitions.\n")
+
+    if sets or args.delete_config:
+        ops = [
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in sets.items()
+        ] + [
+            ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
+            for k in args.delete_config
+        ]
+        resources = [
+            ConfigResource(ResourceType.TOPIC, name, incremental_configs=ops) for name in names
+        ]
+        futures2 = admin.incremental_alter_configs(resources, request_timeout=args.timeout)
+        for resource, future in futures2.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                raise CliError(
+                    f"cannot alter configs of topic '{resource.name}': {kafka_error_text(exc)}"
+                ) from exc
+            changes = [f"{k}={v}" for k, v in sets.items()] + [f"-{k}" for k in args.delete_config]
+            sys.stdout.write(f"Altered configs of topic {resource.name}: {' '.join(changes)}\n")
+    return 0
+
+
+@_guard
+def run_delete(args: argparse.Namespace) -> int:
+    """Delete the matching topics."""
+    from confluent_kafka import KafkaException
+
+    admin = _admin(args)
+    names = _matching(_topic_names(admin, args.timeout), args.topic, False)
+    if not names:
+        if args.if_exists:
+            return 0
+        raise CliError(f"Topic '{args.topic}' does not exist as expected")
+    futures = admin.delete_topics(
+        names, request_timeout=args.timeout, operation_timeout=args.timeout
+    )
+    failed = 0
+    for name, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            if _error_code(exc) == "UNKNOWN_TOPIC_OR_PART" and args.if_exists:
+                continue
+            _fail(f"cannot delete topic '{name}': {kafka_error_text(exc)}")
+            failed += 1
+            continue
+        sys.stdout.write(f"Deleted topic {name}.\n")
+    return 1 if failed else 0
