@@ -8,13 +8,24 @@ BROKERS ?= 1
 
 .PHONY: setup test test-unit lint format demo bench bench-quick cluster-up cluster-down clean
 
-setup: $(STAMP)
+JVM    := .cache/jvm
+JVM_STAMP := $(JVM)/.fetched
+KAFKA_CLIENTS_3 := 3.9.1
+
+setup: $(STAMP) $(JVM_STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $(STAMP)
+
+# The Kafka Java clients (4.x with its dependencies, and 3.9) for the Java compatibility
+# tests, from Maven Central into an ignored cache.
+$(JVM_STAMP): jvm/pom.xml
+	mvn -q -B -f jvm/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(JVM)/kafka-4
+	mvn -q -B -f jvm/pom.xml dependency:copy -Dartifact=org.apache.kafka:kafka-clients:$(KAFKA_CLIENTS_3) -DoutputDirectory=$(CURDIR)/$(JVM)/kafka-3
+	@touch $(JVM_STAMP)
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests
