@@ -85,6 +85,15 @@ class _RegionFile:
         return len(data)
 
 
+class _Inflight:
+    """Requests read from a connection whose response has not been written yet."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
 class CloseConnection(Exception):
     """Raised by a handler to close the connection (malformed or unacceptable request)."""
 
@@ -168,9 +177,10 @@ class KafkaServer:
             f"{peer[0]}:{peer[1]}" if peer else "?", self._listener, self._next_id
         )
         queue: asyncio.Queue[asyncio.Task[Response | None] | None] = asyncio.Queue(self._max_queued)
-        writer_task = asyncio.create_task(self._write_loop(queue, writer, info))
+        inflight = _Inflight()
+        writer_task = asyncio.create_task(self._write_loop(queue, writer, info, inflight))
         try:
-            await self._read_loop(reader, queue, info, writer_task)
+            await self._read_loop(reader, queue, info, writer_task, inflight)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except CloseConnection as exc:
@@ -193,14 +203,16 @@ class KafkaServer:
         queue: asyncio.Queue[asyncio.Task[Response | None] | None],
         info: ConnectionInfo,
         writer_task: asyncio.Task[None],
+        inflight: _Inflight,
     ) -> None:
         while not writer_task.done():
+            # readexactly consumes nothing until all 4 bytes are there, so a timeout never
+            # loses part of a frame; a connection is idle only with no request in flight
             try:
-                if queue.empty():
-                    prefix = await asyncio.wait_for(reader.readexactly(4), self._idle_timeout_s)
-                else:
-                    prefix = await reader.readexactly(4)
+                prefix = await asyncio.wait_for(reader.readexactly(4), self._idle_timeout_s)
             except TimeoutError:
+                if inflight.count:
+                    continue
                 log.info("closing idle connection %s", info.peer)
                 return
             size = int.from_bytes(prefix, "big", signed=True)
@@ -211,6 +223,7 @@ class KafkaServer:
                 )
             frame = await reader.readexactly(size)
             handler_task = asyncio.create_task(self._handler(info, frame))
+            inflight.count += 1
             await queue.put(handler_task)
 
     async def _write_loop(
@@ -218,6 +231,7 @@ class KafkaServer:
         queue: asyncio.Queue[asyncio.Task[Response | None] | None],
         writer: asyncio.StreamWriter,
         info: ConnectionInfo,
+        inflight: _Inflight,
     ) -> None:
         loop = asyncio.get_running_loop()
         transport = writer.transport
@@ -233,6 +247,7 @@ class KafkaServer:
                     transport.abort()
                     return
                 if response is None:
+                    inflight.count -= 1
                     continue
                 writer.write(size_prefix(response.size))
                 for chunk in response.chunks:
@@ -247,6 +262,7 @@ class KafkaServer:
                             chunk.size,
                         )
                 await writer.drain()
+                inflight.count -= 1
         except (ConnectionError, OSError) as exc:
             log.debug("connection %s write failed: %s", info.peer, exc)
             transport.abort()

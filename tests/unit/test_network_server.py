@@ -99,3 +99,22 @@ def test_idle_connections_are_closed() -> None:
         return await asyncio.wait_for(r.read(), 5)
 
     assert asyncio.run(_with_server(run, idle_timeout_s=0.2)) == b""
+
+
+def test_connection_that_sent_requests_is_closed_when_idle() -> None:
+    async def run(port: int) -> tuple[bytes, bytes]:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(_frame(0, b"one"))
+        first = await _read(r)
+        return first, await asyncio.wait_for(r.read(), 5)
+
+    assert asyncio.run(_with_server(run, idle_timeout_s=0.2)) == (b"one", b"")
+
+
+def test_slow_request_in_flight_is_not_idle() -> None:
+    async def run(port: int) -> bytes:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(_frame(600, b"slow"))  # handler takes longer than the idle timeout
+        return await asyncio.wait_for(_read(r), 5)
+
+    assert asyncio.run(_with_server(run, idle_timeout_s=0.2)) == b"slow"
