@@ -34,13 +34,13 @@ test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "unit or property" tests
 
 lint: setup
-	$(VENV)/bin/ruff check broker spark_connector tests jobs
-	$(VENV)/bin/ruff format --check broker spark_connector tests jobs
+	$(VENV)/bin/ruff check broker spark_connector tests bench
+	$(VENV)/bin/ruff format --check broker spark_connector tests bench
 	$(VENV)/bin/mypy
 
 format: setup
-	$(VENV)/bin/ruff format broker spark_connector tests jobs
-	$(VENV)/bin/ruff check --fix broker spark_connector tests jobs
+	$(VENV)/bin/ruff format broker spark_connector tests bench
+	$(VENV)/bin/ruff check --fix broker spark_connector tests bench
 
 demo: setup
 	$(PY) -m broker.cli.demo

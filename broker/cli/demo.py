@@ -22,7 +22,6 @@ import random
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -34,10 +33,7 @@ from typing import Any, TextIO
 TOPIC = "demo-events"
 PARTITIONS = 3
 RECORDS = 100_000
-CLUSTER_UP_TIMEOUT_S = 180.0
-CLUSTER_DOWN_TIMEOUT_S = 120.0
 STALL_TIMEOUT_S = 60.0
-_CLI = [sys.executable, "-m", "broker.cli.main"]
 
 
 class DemoError(Exception):
@@ -100,137 +96,36 @@ def free_port(taken: set[int]) -> int:
     raise DemoError("no free port on 127.0.0.1")
 
 
-def _run_cli(args: list[str], log_dir: Path, name: str, timeout_s: float) -> tuple[int, str, str]:
-    """Run ``millrace ARGS`` with output to files (background children inherit them, so
-    pipes could keep us waiting), return (rc, stdout, stderr)."""
-    out_path = log_dir / f"{name}.out"
-    err_path = log_dir / f"{name}.err"
-    with out_path.open("wb") as out, err_path.open("wb") as err:
-        proc = subprocess.Popen([*_CLI, *args], stdout=out, stderr=err, stdin=subprocess.DEVNULL)
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            rc = -1
-        except KeyboardInterrupt:
-            proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=30)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            raise
-    return rc, out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
-
-
-def _cluster_json(cluster_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((cluster_dir / "cluster.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _pids(info: dict[str, Any]) -> list[int]:
-    pids = [info.get("zookeeper_pid")] + [b.get("pid") for b in info.get("brokers", [])]
-    return [p for p in pids if isinstance(p, int) and p > 1]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
-
-
-def _pids_mentioning(text: str) -> list[int]:
-    """Pids of processes whose command line names ``text`` (our private cluster dir)."""
-    found: list[int] = []
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return found
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (
-                (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-            )
-        except OSError:
-            continue
-        if text in cmdline:
-            found.append(int(entry.name))
-    return found
-
-
 def cluster_up(cluster_dir: Path) -> str:
-    """``millrace cluster up`` with one broker on free ports; returns the bootstrap servers."""
+    """Start a one-broker cluster on free ports (as ``millrace cluster up``); returns the
+    bootstrap servers."""
+    from broker.cli.cluster import ClusterError
+    from broker.cli.cluster import cluster_up as start_cluster
+
     taken: set[int] = set()
     zk_port, base_port = free_port(taken), free_port(taken)
-    rc, stdout, stderr = _run_cli(
-        [
-            "cluster",
-            "up",
-            "--dir",
-            str(cluster_dir),
-            "--brokers",
-            "1",
-            "--base-port",
-            str(base_port),
-            "--zk-port",
-            str(zk_port),
-        ],
-        cluster_dir.parent,
-        "cluster-up",
-        CLUSTER_UP_TIMEOUT_S,
-    )
-    if rc != 0:
-        tail = (stderr.strip() or stdout.strip())[-2000:]
-        raise DemoError(f"`millrace cluster up` failed (exit {rc}):\n{tail}")
-    info = _cluster_json(cluster_dir)
-    bootstrap = info.get("bootstrap_servers")
-    if not isinstance(bootstrap, str) or not bootstrap:
-        lines = stdout.strip().splitlines()
-        if not lines:
-            raise DemoError("`millrace cluster up` printed no bootstrap servers")
-        bootstrap = lines[-1].strip()
-    return bootstrap
+    try:
+        info = start_cluster(cluster_dir, 1, base_port, zk_port, progress=None)
+    except ClusterError as exc:
+        raise DemoError(f"the cluster did not start: {exc}") from exc
+    return str(info["bootstrap_servers"])
 
 
 def cluster_down(cluster_dir: Path) -> None:
-    """``millrace cluster down``, then kill by pid whatever of ours is still alive."""
-    info = _cluster_json(cluster_dir)
-    if cluster_dir.is_dir():
-        try:
-            rc, _out, err = _run_cli(
-                ["cluster", "down", "--dir", str(cluster_dir)],
-                cluster_dir.parent,
-                "cluster-down",
-                CLUSTER_DOWN_TIMEOUT_S,
-            )
-            if rc != 0:
-                sys.stderr.write(f"demo: `millrace cluster down` exited {rc}: {err.strip()}\n")
-        except OSError as exc:
-            sys.stderr.write(f"demo: cannot run `millrace cluster down`: {exc}\n")
-    leftovers = {p for p in _pids(info) if _alive(p)}
-    leftovers.update(_pids_mentioning(str(cluster_dir)))
-    for pid in sorted(leftovers):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+    """Stop the cluster (as ``millrace cluster down``: SIGTERM, then SIGKILL by pid)."""
+    from broker.cli.cluster import ClusterError
+    from broker.cli.cluster import cluster_down as stop_cluster
+
+    try:
+        stop_cluster(cluster_dir, progress=None)
+    except (ClusterError, OSError) as exc:
+        sys.stderr.write(f"demo: stopping the cluster failed: {exc}\n")
 
 
 @contextlib.contextmanager
 def embedded_cluster(cluster_dir: Path) -> Iterator[str]:
     """Start a fresh cluster in ``cluster_dir``, yield its bootstrap servers, always stop it."""
-    if _cluster_json(cluster_dir):
+    if (cluster_dir / "cluster.json").exists():
         cluster_down(cluster_dir)  # a previous run that was killed before cleaning up
     shutil.rmtree(cluster_dir, ignore_errors=True)
     cluster_dir.mkdir(parents=True)
@@ -460,7 +355,12 @@ def consume(bootstrap: str, expected: int) -> ConsumeResult:
 
 def first_segment(cluster_dir: Path, partition: int) -> Path | None:
     """The oldest ``.log`` segment of ``demo-events-<partition>`` on broker 1."""
-    info = _cluster_json(cluster_dir)
+    from broker.cli.cluster import ClusterError, load_cluster
+
+    try:
+        info = load_cluster(cluster_dir)
+    except ClusterError:
+        return None
     for broker in info.get("brokers", []):
         for log_dir in broker.get("log_dirs", []):
             base = Path(log_dir)

@@ -1,0 +1,40 @@
+"""``make demo`` end to end (smaller): the embedded ZooKeeper from pyspark's jars and a
+broker start, events go through and come back, and every process is stopped afterwards."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import pid_alive, pids_mentioning
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.timeout(300)
+def test_demo_runs_and_stops_everything(tmp_path: Path) -> None:
+    run_dir = tmp_path / "demo"
+    result = subprocess.run(
+        [sys.executable, "-m", "broker.cli.demo", "--run-dir", str(run_dir), "--records", "3000"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    try:
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "every event was consumed back exactly once" in result.stdout
+        assert "records consumed : 3,000" in result.stdout
+        info = json.loads((run_dir / "cluster" / "cluster.json").read_text())
+        pids = [info.get("zookeeper_pid"), *(b.get("pid") for b in info["brokers"])]
+        assert not [p for p in pids if isinstance(p, int) and pid_alive(p)], (
+            "demo left processes running"
+        )
+        assert not pids_mentioning(str(run_dir)), "demo left processes running"
+    finally:
+        for pid in pids_mentioning(str(run_dir)):
+            subprocess.run(["kill", "-9", str(pid)], check=False)
