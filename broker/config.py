@@ -415,9 +415,6 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ),
         ConfigDef("delete.topic.enable", _T.BOOLEAN, True, "allow topic deletion"),
         ConfigDef(
-            "message.max.bytes", _T.INT, 1_048_588, "largest record batch", _at_least(0), ">= 0"
-        ),
-        ConfigDef(
             "socket.request.max.bytes", _T.INT, 104_857_600, "largest request", _at_least(1), ">= 1"
         ),
         ConfigDef(
@@ -436,18 +433,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _at_least(1),
             ">= 1",
         ),
-        ConfigDef(
-            "log.segment.bytes", _T.INT, 1_073_741_824, "segment size", _at_least(14), ">= 14"
-        ),
         ConfigDef("log.roll.ms", _T.LONG, None, "roll segments after this age"),
         ConfigDef(
             "log.roll.hours", _T.INT, 168, "roll segments after this age", _at_least(1), ">= 1"
         ),
-        ConfigDef("log.roll.jitter.ms", _T.LONG, 0, "roll jitter"),
         ConfigDef("log.retention.ms", _T.LONG, None, "retention time"),
         ConfigDef("log.retention.minutes", _T.INT, None, "retention time"),
         ConfigDef("log.retention.hours", _T.INT, 168, "retention time"),
-        ConfigDef("log.retention.bytes", _T.LONG, -1, "retention size"),
         ConfigDef(
             "log.retention.check.interval.ms",
             _T.LONG,
@@ -456,33 +448,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _at_least(1),
             ">= 1",
         ),
-        ConfigDef(
-            "log.cleanup.policy",
-            _T.LIST,
-            ("delete",),
-            "cleanup policy",
-            _policies,
-            "a list of delete, compact",
-        ),
         ConfigDef("log.cleaner.enable", _T.BOOLEAN, True, "run the log cleaner"),
-        ConfigDef("log.cleaner.delete.retention.ms", _T.LONG, 86_400_000, "tombstone retention"),
-        ConfigDef("log.cleaner.min.cleanable.ratio", _T.DOUBLE, 0.5, "dirty ratio to clean"),
-        ConfigDef("log.cleaner.min.compaction.lag.ms", _T.LONG, 0, "min compaction lag"),
-        ConfigDef("log.cleaner.max.compaction.lag.ms", _T.LONG, LONG_MAX, "max compaction lag"),
-        ConfigDef("log.index.interval.bytes", _T.INT, 4096, "index interval", _at_least(0), ">= 0"),
-        ConfigDef(
-            "log.index.size.max.bytes", _T.INT, 10_485_760, "index size", _at_least(8), ">= 8"
-        ),
-        ConfigDef("log.preallocate", _T.BOOLEAN, False, "preallocate segments"),
-        ConfigDef(
-            "log.flush.interval.messages",
-            _T.LONG,
-            LONG_MAX,
-            "fsync interval (messages)",
-            _at_least(1),
-            ">= 1",
-        ),
-        ConfigDef("log.flush.interval.ms", _T.LONG, LONG_MAX, "fsync interval (ms)"),
         ConfigDef(
             "log.flush.scheduler.interval.ms",
             _T.LONG,
@@ -507,41 +473,6 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _at_least(1),
             ">= 1",
         ),
-        ConfigDef(
-            "log.segment.delete.delay.ms",
-            _T.LONG,
-            60_000,
-            "delay before deleting a segment file",
-            _at_least(0),
-            ">= 0",
-        ),
-        ConfigDef(
-            "log.message.timestamp.type",
-            _T.STRING,
-            "CreateTime",
-            "timestamp type",
-            _one_of("CreateTime", "LogAppendTime"),
-            "CreateTime or LogAppendTime",
-        ),
-        ConfigDef("log.message.timestamp.before.max.ms", _T.LONG, LONG_MAX, "timestamp lag"),
-        ConfigDef("log.message.timestamp.after.max.ms", _T.LONG, LONG_MAX, "timestamp lead"),
-        ConfigDef(
-            "compression.type",
-            _T.STRING,
-            "producer",
-            "final compression",
-            _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
-            "one of producer, uncompressed, gzip, snappy, lz4, zstd",
-        ),
-        ConfigDef(
-            "min.insync.replicas",
-            _T.INT,
-            1,
-            "replicas that must ack acks=all",
-            _at_least(1),
-            ">= 1",
-        ),
-        ConfigDef("unclean.leader.election.enable", _T.BOOLEAN, False, "allow out-of-ISR leaders"),
         ConfigDef("replica.lag.time.max.ms", _T.LONG, 30_000, "ISR lag time", _at_least(1), ">= 1"),
         ConfigDef("replica.fetch.wait.max.ms", _T.INT, 500, "follower fetch max wait"),
         ConfigDef("replica.fetch.max.bytes", _T.INT, 1_048_576, "follower fetch size"),
@@ -593,6 +524,18 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ),
     )
 }
+
+# The broker properties that supply topic-config defaults share the topic config's type,
+# default and validation (``log.segment.bytes`` is ``segment.bytes``'s definition renamed).
+# ``log.retention.ms`` and ``log.roll.ms`` are defined above: unset by default, with the
+# ``*.minutes``/``*.hours`` fallbacks Kafka has.
+BROKER_CONFIGS.update(
+    {
+        synonym: dataclasses.replace(TOPIC_CONFIGS[topic_name], name=synonym)
+        for topic_name, synonym in TOPIC_CONFIG_SYNONYMS.items()
+        if synonym not in BROKER_CONFIGS
+    }
+)
 
 # Kafka properties accepted for compatibility that have no effect in Millrace.
 IGNORED_BROKER_CONFIGS = frozenset(
