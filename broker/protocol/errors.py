@@ -27,4 +27,6 @@ def error_code_for(exc: BaseException) -> ErrorCode:
     """The Kafka error code that answers ``exc`` (UNKNOWN_SERVER_ERROR for the unexpected)."""
     if isinstance(exc, KafkaError):
         return exc.code
+    if isinstance(exc, OSError):
+        return ErrorCode.kafka_storage_error  # the log directory failed (disk full, I/O error)
     return ErrorCode.unknown_server_error
