@@ -51,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(main())
     except Exception as exc:
-        from broker.controller.zk_client import BrokerIdAlreadyRegisteredError
+        from broker.controller.zk_client import ZkError
 
-        if isinstance(exc, BrokerIdAlreadyRegisteredError | ConfigError):
+        if isinstance(exc, ZkError | ConfigError | OSError):
             sys.stderr.write(f"millrace broker: {exc}\n")
             return 1
         raise
