@@ -17,7 +17,7 @@ setup: $(STAMP) $(JVM_STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
 	@touch $(STAMP)
 
 # The Kafka Java clients (4.x with its dependencies, and 3.9) for the Java compatibility
@@ -34,13 +34,13 @@ test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "unit or property" tests
 
 lint: setup
-	$(VENV)/bin/ruff check broker spark_connector tests bench
-	$(VENV)/bin/ruff format --check broker spark_connector tests bench
+	$(VENV)/bin/ruff check broker spark_connector pyspark_millrace jobs tests bench
+	$(VENV)/bin/ruff format --check broker spark_connector pyspark_millrace jobs tests bench
 	$(VENV)/bin/mypy
 
 format: setup
-	$(VENV)/bin/ruff format broker spark_connector tests bench
-	$(VENV)/bin/ruff check --fix broker spark_connector tests bench
+	$(VENV)/bin/ruff format broker spark_connector pyspark_millrace jobs tests bench
+	$(VENV)/bin/ruff check --fix broker spark_connector pyspark_millrace jobs tests bench
 
 demo: setup
 	$(PY) -m broker.cli.demo

@@ -1,0 +1,52 @@
+"""Millrace's Spark connector: read and write Kafka topics as DataFrames.
+
+A PySpark (4.3) Python Data Source named ``millrace``. Options, schema and semantics follow
+Spark's built-in Kafka connector (spark-sql-kafka-0-10), so a job moves over by changing the
+format name. It speaks only the standard Kafka protocol (through confluent-kafka), so it
+reads and writes Apache Kafka as well as Millrace. It never imports the broker.
+
+The format is found without registration when this project is installed (Spark discovers the
+top-level module ``pyspark_millrace``); :func:`register` registers it explicitly.
+
+Runnable example (a broker on 127.0.0.1:9092 with a topic ``events``)::
+
+    from pyspark.sql import SparkSession
+    import spark_connector
+
+    spark = SparkSession.builder.master("local[2]").getOrCreate()
+    spark_connector.register(spark)
+
+    # batch: everything currently in the topic
+    df = (spark.read.format("millrace")
+          .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+          .option("subscribe", "events")
+          .option("startingOffsets", "earliest")        # default for batch
+          .option("endingOffsets", "latest")            # default for batch
+          .load())
+    df.selectExpr("CAST(key AS STRING)", "CAST(value AS STRING)", "partition", "offset").show()
+
+    # streaming: at most 1000 records per micro-batch, until caught up
+    q = (spark.readStream.format("millrace")
+         .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+         .option("subscribe", "events")
+         .option("startingOffsets", "earliest")
+         .option("maxOffsetsPerTrigger", "1000")
+         .load()
+         .writeStream.format("memory").queryName("events_copy")
+         .trigger(availableNow=True)
+         .start())
+    q.awaitTermination()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spark_connector.datasource import MillraceDataSource
+
+__all__ = ["MillraceDataSource", "register"]
+
+
+def register(spark: Any) -> None:
+    """Register the ``millrace`` format with ``spark`` (a ``SparkSession``)."""
+    spark.dataSource.register(MillraceDataSource)

@@ -1,0 +1,160 @@
+"""Driver-side Kafka look-ups for planning: which partitions a subscription covers, their
+earliest / latest offsets, and offsets for timestamps.
+
+Speaks only the standard Kafka protocol through confluent-kafka (librdkafka): Metadata and
+ListOffsets (``offsets_for_times`` with -2 / -1 / a timestamp, one request per leader for all
+partitions). No group is joined and nothing is committed.
+
+Concurrency and pickling: a :class:`KafkaMetadataClient` wraps one librdkafka handle; use it
+from one thread, close it when done (it is a context manager), never pickle it. Readers create
+one per planning call on the driver; executors never use this module.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from types import TracebackType
+
+from spark_connector.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
+from spark_connector.options import OffsetKind, OffsetSpec, ReadOptions
+
+REQUEST_TIMEOUT_S = 30.0
+
+
+class KafkaMetadataClient:
+    """Partition listing and offset look-ups for one :class:`ReadOptions`. Not thread-safe."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        from confluent_kafka import Consumer
+
+        self._options = options
+        self._consumer = Consumer(options.client_config())
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> KafkaMetadataClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- partitions --------------------------------------------------------------------
+
+    def topic_partitions(self) -> dict[str, list[int]]:
+        """Every (non-internal for patterns) topic the cluster knows, with its partitions."""
+        md = self._consumer.list_topics(timeout=REQUEST_TIMEOUT_S)
+        out: dict[str, list[int]] = {}
+        for name, topic in md.topics.items():
+            if topic.error is not None:
+                continue
+            out[name] = sorted(topic.partitions)
+        return out
+
+    def partitions(self) -> list[TopicPartition]:
+        """The partitions the subscription (``subscribe`` / ``subscribePattern`` / ``assign``)
+        covers right now, sorted. Topics that do not exist contribute nothing."""
+        opts = self._options
+        if opts.assign is not None:
+            return sorted(opts.assign)
+        topics = self.topic_partitions()
+        if opts.subscribe is not None:
+            wanted = set(opts.subscribe)
+            names = [t for t in topics if t in wanted]
+        else:
+            assert opts.subscribe_pattern is not None
+            pattern = re.compile(opts.subscribe_pattern)
+            names = [t for t in topics if not t.startswith("__") and pattern.fullmatch(t)]
+        return sorted(TopicPartition(t, p) for t in names for p in topics[t])
+
+    # --- offsets -------------------------------------------------------------------------
+
+    def _list_offsets(self, query: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """ListOffsets for each partition: ``query`` maps to -2, -1 or a timestamp. The answer
+        is an offset, or -1 where no record has a timestamp >= the one asked for."""
+        if not query:
+            return {}
+        from confluent_kafka import KafkaException
+        from confluent_kafka import TopicPartition as CKTopicPartition
+
+        request = [CKTopicPartition(tp.topic, tp.partition, ts) for tp, ts in sorted(query.items())]
+        try:
+            answer = self._consumer.offsets_for_times(request, timeout=REQUEST_TIMEOUT_S)
+        except KafkaException as exc:
+            raise RuntimeError(f"ListOffsets failed for {sorted(query)}: {exc}") from exc
+        out: dict[TopicPartition, int] = {}
+        for ctp in answer:
+            if ctp.error is not None:
+                raise RuntimeError(
+                    f"ListOffsets failed for {ctp.topic}[{ctp.partition}]: {ctp.error}"
+                )
+            out[TopicPartition(ctp.topic, ctp.partition)] = int(ctp.offset)
+        return out
+
+    def earliest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        return self._list_offsets(dict.fromkeys(tps, EARLIEST))
+
+    def latest(self, tps: Iterable[TopicPartition]) -> PartitionOffsets:
+        """High watermark (or last stable offset under ``kafka.isolation.level=
+        read_committed``) per partition."""
+        return self._list_offsets(dict.fromkeys(tps, LATEST))
+
+    def offsets_for_times(self, stamps: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Earliest offset whose timestamp is >= the target, -1 where there is none."""
+        return self._list_offsets(stamps)
+
+    # --- resolving user positions ----------------------------------------------------------
+
+    def resolve(
+        self, spec: OffsetSpec, tps: list[TopicPartition], *, starting: bool
+    ) -> PartitionOffsets:
+        """Concrete offsets for ``spec`` on ``tps``.
+
+        JSON offsets and per-partition timestamps must cover exactly ``tps`` (as in Spark);
+        -2 / -1 become earliest / latest. A timestamp with no record at or after it resolves
+        to latest for ending positions, and for starting positions fails (strategy
+        ``error``) or resolves to latest (strategy ``latest``)."""
+        if spec.kind is OffsetKind.EARLIEST:
+            return self.earliest(tps)
+        if spec.kind is OffsetKind.LATEST:
+            return self.latest(tps)
+        if spec.kind in (OffsetKind.OFFSETS, OffsetKind.TIMESTAMPS):
+            given = set(spec.offsets)
+            if given != set(tps):
+                missing = sorted(set(tps) - given)
+                unknown = sorted(given - set(tps))
+                raise ValueError(
+                    f"option '{spec.option}' must specify every subscribed partition "
+                    f"(use -1 for latest, -2 for earliest with offsets): missing "
+                    f"{[f'{t.topic}[{t.partition}]' for t in missing]}, not subscribed or "
+                    f"not existing {[f'{t.topic}[{t.partition}]' for t in unknown]}"
+                )
+        if spec.kind is OffsetKind.OFFSETS:
+            out = dict(spec.offsets)
+            earliest = self.earliest(tp for tp, o in out.items() if o == EARLIEST)
+            latest = self.latest(tp for tp, o in out.items() if o == LATEST)
+            out.update(earliest)
+            out.update(latest)
+            return out
+        if spec.kind is OffsetKind.TIMESTAMP:
+            assert spec.timestamp is not None
+            stamps = dict.fromkeys(tps, spec.timestamp)
+        else:
+            stamps = dict(spec.offsets)
+        found = self.offsets_for_times(stamps)
+        missing_tps = [tp for tp, off in found.items() if off < 0]
+        if missing_tps and starting and self._options.starting_timestamp_strategy == "error":
+            tp = missing_tps[0]
+            raise ValueError(
+                f"option '{spec.option}': no record in {tp.topic}[{tp.partition}] has a "
+                f"timestamp >= {stamps[tp]} (set startingOffsetsByTimestampStrategy=latest "
+                "to start at the latest offset instead)"
+            )
+        found.update(self.latest(missing_tps))
+        return found

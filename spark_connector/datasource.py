@@ -1,0 +1,84 @@
+"""``MillraceDataSource``: the PySpark Python Data Source factory for format ``millrace``.
+
+Spark instantiates it with the user's options (a case-insensitive dict) on the driver, calls
+:meth:`schema` when ``load()`` is called (read options are validated there, so a bad option
+fails at ``load()``), then :meth:`reader` / :meth:`streamReader` / :meth:`writer` /
+:meth:`streamWriter` when planning. The instance is pickled between Spark's Python workers:
+it holds only the options.
+
+Schema (Spark's Kafka source): ``key binary, value binary, topic string, partition int,
+offset long, timestamp timestamp, timestampType int`` and, with ``includeHeaders=true``,
+``headers array<struct<key: string, value: binary>>``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from spark_connector.options import bool_option, lower_keys, parse_read_options, validate_common
+
+KAFKA_SCHEMA_DDL = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+HEADERS_DDL = "headers array<struct<key: string, value: binary>>"
+
+_READ_SELECTORS = ("subscribe", "subscribepattern", "assign")
+
+
+class MillraceDataSource(DataSource):
+    """Read and write Kafka topics (Millrace or Apache Kafka) as DataFrames.
+
+    Example::
+
+        spark.read.format("millrace")
+            .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+            .option("subscribe", "events")
+            .load()
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "millrace"
+
+    def schema(self) -> str:
+        opts = lower_keys(self.options)
+        # A write (df.write.format("millrace")) has no subscription option; read options are
+        # only validated for reads.
+        if any(k in opts for k in _READ_SELECTORS) or not _is_write_like(opts):
+            validate_common(self.options)
+        if bool_option(opts, "includeHeaders", False):
+            return f"{KAFKA_SCHEMA_DDL}, {HEADERS_DDL}"
+        return KAFKA_SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from spark_connector.reader import MillraceBatchReader
+
+        return MillraceBatchReader(parse_read_options(self.options, streaming=False), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from spark_connector.reader import MillraceStreamReader
+
+        return MillraceStreamReader(parse_read_options(self.options, streaming=True), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from spark_connector.writer import MillraceBatchWriter
+
+        return MillraceBatchWriter(self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from spark_connector.writer import MillraceStreamWriter
+
+        return MillraceStreamWriter(self.options, schema)
+
+
+def _is_write_like(opts: dict[str, str]) -> bool:
+    """Options that only make sense for a write (``topic``) and no read selector."""
+    return "topic" in opts

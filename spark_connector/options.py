@@ -1,0 +1,395 @@
+"""Read options of the ``millrace`` data source, parsed and validated once on the driver.
+
+Option names, defaults and rules follow Spark's built-in Kafka source
+(``KafkaSourceProvider`` in spark-sql-kafka-0-10) so that a job moves over by changing the
+format name:
+
+* ``kafka.bootstrap.servers`` is required; every other ``kafka.*`` option is passed to the
+  Kafka client with the prefix removed (``kafka.isolation.level`` -> ``isolation.level``),
+  except the ones the connector must own (``auto.offset.reset``, ``enable.auto.commit``,
+  ``key.deserializer``, ``value.deserializer``, ``interceptor.classes``), which are rejected.
+* exactly one of ``subscribe`` (comma-separated topics), ``subscribePattern`` (a regular
+  expression that must match the whole topic name; internal ``__`` topics are excluded) or
+  ``assign`` (JSON ``{"topicA":[0,1]}``).
+* starting position, highest priority first: ``startingTimestamp`` (one epoch-ms for every
+  partition), ``startingOffsetsByTimestamp`` (JSON of epoch-ms), ``startingOffsets``
+  (``earliest``, ``latest`` or JSON with -2 = earliest, -1 = latest). Batch queries default to
+  ``earliest``, streaming queries to ``latest``. ``startingOffsetsByTimestampStrategy`` =
+  ``error`` (default: fail when no record has a timestamp >= the target) or ``latest``.
+* ending position (batch only), same shapes: ``endingTimestamp``, ``endingOffsetsByTimestamp``,
+  ``endingOffsets`` (default ``latest``). A batch may not start at ``latest`` nor end at
+  ``earliest`` (nor use -1 / -2 that way in JSON); streaming queries reject every ending option.
+* ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``, ``maxTriggerDelay`` (``15m`` default),
+  ``minPartitions``, ``maxRecordsPerPartition`` (positive integers), ``failOnDataLoss``
+  (default true), ``includeHeaders`` (default false), ``kafkaConsumer.pollTimeoutMs``
+  (default 120000).
+
+Spark hands options over in a case-insensitive dict; names are matched case-insensitively.
+Every error is a ``ValueError`` whose message starts with the offending option's name.
+:class:`ReadOptions` is a frozen, picklable value: it travels to executors inside the reader.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from spark_connector.offsets import (
+    EARLIEST,
+    LATEST,
+    PartitionOffsets,
+    TopicPartition,
+    parse_assign_json,
+    parse_partition_json,
+)
+
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+
+_FORBIDDEN_KAFKA_PARAMS = {
+    "auto.offset.reset": "use 'startingOffsets' to choose where to start",
+    "enable.auto.commit": "the connector tracks offsets itself and never commits them",
+    "key.deserializer": "keys are always returned as binary; cast them in the DataFrame",
+    "value.deserializer": "values are always returned as binary; cast them in the DataFrame",
+    "interceptor.classes": "consumer interceptors are not supported",
+}
+
+
+class OffsetKind(Enum):
+    """How a starting or ending position is given."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    OFFSETS = "offsets"  # per-partition offsets (may hold -2 / -1)
+    TIMESTAMP = "timestamp"  # one epoch-ms timestamp for every partition
+    TIMESTAMPS = "timestamps"  # per-partition epoch-ms timestamps
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """A starting or ending position as the user gave it, not yet resolved against a cluster.
+
+    ``option`` is the name of the option it came from (for error messages)."""
+
+    kind: OffsetKind
+    option: str
+    offsets: PartitionOffsets = field(default_factory=dict)
+    timestamp: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """Validated read options. Frozen and picklable; holds no client or Spark object."""
+
+    bootstrap_servers: str
+    kafka_params: dict[str, str]
+    subscribe: tuple[str, ...] | None
+    subscribe_pattern: str | None
+    assign: tuple[TopicPartition, ...] | None
+    starting: OffsetSpec
+    ending: OffsetSpec | None
+    streaming: bool
+    starting_timestamp_strategy: str = "error"
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    group_id_prefix: str = "spark-millrace-source"
+
+    def client_config(self, **extra: object) -> dict[str, object]:
+        """A confluent-kafka config: the ``kafka.*`` pass-through plus ``extra``.
+
+        ``group.id`` is required by librdkafka's Consumer even though no group is joined
+        (partitions are always ``assign()``-ed and offsets never committed)."""
+        # Spark's (Java client's) default isolation level; librdkafka's is read_committed.
+        conf: dict[str, object] = {
+            "group.id": self.group_id_prefix,
+            "isolation.level": "read_uncommitted",
+        }
+        conf.update(self.kafka_params)
+        conf["bootstrap.servers"] = self.bootstrap_servers
+        conf["enable.auto.commit"] = False
+        conf.update(extra)
+        return conf
+
+
+def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
+    """Options with lower-cased names (Spark's option names are case-insensitive)."""
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _positive_int(opts: dict[str, str], name: str) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ValueError(f"option '{name}' must be a positive integer, got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"option '{name}' must be a positive integer, got {raw!r}")
+    return value
+
+
+def bool_option(opts: dict[str, str], name: str, default: bool) -> bool:
+    """``true`` / ``false`` (any case) from lower-cased ``opts``; ``ValueError`` otherwise."""
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value == "true":
+        return True
+    if value == "false":
+        return False
+    raise ValueError(f"option '{name}' must be 'true' or 'false', got {raw!r}")
+
+
+_DURATION_UNITS_MS = {
+    "us": 0.001,
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
+
+
+def parse_duration_ms(raw: str, option: str) -> int:
+    """Spark's time strings (``JavaUtils.timeStringAsMs``): ``100``, ``100ms``, ``10s``,
+    ``15m``, ``1h``, ``1d``. A bare number is milliseconds."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+    if m is None or m.group(2) not in ("", *_DURATION_UNITS_MS):
+        raise ValueError(
+            f"option '{option}' must be a duration such as '30s', '15m' or '500ms', got {raw!r}"
+        )
+    unit = _DURATION_UNITS_MS.get(m.group(2), 1)
+    return int(int(m.group(1)) * unit)
+
+
+def _timestamp(raw: str, option: str) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ValueError(
+            f"option '{option}' must be an epoch timestamp in milliseconds, got {raw!r}"
+        ) from None
+    if value < 0:
+        raise ValueError(f"option '{option}' must not be negative, got {raw!r}")
+    return value
+
+
+def _offset_spec(
+    opts: dict[str, str], prefix: str, default: OffsetKind | None
+) -> OffsetSpec | None:
+    """``prefix`` is ``starting`` or ``ending``; Spark's priority: global timestamp, then
+    per-partition timestamps, then offsets."""
+    ts_name = f"{prefix}Timestamp"
+    by_ts_name = f"{prefix}OffsetsByTimestamp"
+    off_name = f"{prefix}Offsets"
+    if ts_name.lower() in opts:
+        return OffsetSpec(
+            OffsetKind.TIMESTAMP, ts_name, timestamp=_timestamp(opts[ts_name.lower()], ts_name)
+        )
+    if by_ts_name.lower() in opts:
+        stamps = parse_partition_json(opts[by_ts_name.lower()], by_ts_name)
+        if not stamps:
+            raise ValueError(f"option '{by_ts_name}' must name at least one partition")
+        for tp, ts in stamps.items():
+            if ts < 0:
+                raise ValueError(
+                    f"option '{by_ts_name}': timestamp for {tp.topic}[{tp.partition}] must not "
+                    f"be negative, got {ts}"
+                )
+        return OffsetSpec(OffsetKind.TIMESTAMPS, by_ts_name, offsets=stamps)
+    raw = opts.get(off_name.lower())
+    if raw is None:
+        return None if default is None else OffsetSpec(default, off_name)
+    text = raw.strip()
+    if text.lower() == "earliest":
+        return OffsetSpec(OffsetKind.EARLIEST, off_name)
+    if text.lower() == "latest":
+        return OffsetSpec(OffsetKind.LATEST, off_name)
+    if not text.startswith("{"):
+        raise ValueError(
+            f"option '{off_name}' must be 'earliest', 'latest' or JSON like "
+            f'{{"topicA":{{"0":23,"1":-1}}}}, got {raw!r}'
+        )
+    offsets = parse_partition_json(text, off_name)
+    if not offsets:
+        raise ValueError(f"option '{off_name}' must name at least one partition")
+    for tp, off in offsets.items():
+        if off < EARLIEST:
+            raise ValueError(
+                f"option '{off_name}': offset for {tp.topic}[{tp.partition}] must be >= 0, "
+                f"-1 (latest) or -2 (earliest), got {off}"
+            )
+    return OffsetSpec(OffsetKind.OFFSETS, off_name, offsets=offsets)
+
+
+def _subscription(
+    opts: dict[str, str],
+) -> tuple[tuple[str, ...] | None, str | None, tuple[TopicPartition, ...] | None]:
+    given = [n for n in ("subscribe", "subscribePattern", "assign") if n.lower() in opts]
+    if len(given) != 1:
+        raise ValueError(
+            "option 'subscribe', 'subscribePattern' or 'assign': exactly one must be set, "
+            f"got {given or 'none'}"
+        )
+    name = given[0]
+    raw = opts[name.lower()]
+    if name == "subscribe":
+        topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+        if not topics:
+            raise ValueError(f"option 'subscribe' must list at least one topic, got {raw!r}")
+        return topics, None, None
+    if name == "subscribePattern":
+        if not raw.strip():
+            raise ValueError("option 'subscribePattern' must not be empty")
+        try:
+            re.compile(raw)
+        except re.error as exc:
+            raise ValueError(
+                f"option 'subscribePattern' is not a valid regular expression: {exc}"
+            ) from None
+        return None, raw, None
+    return None, None, tuple(parse_assign_json(raw, "assign"))
+
+
+def _kafka_params(opts: dict[str, str]) -> tuple[str, dict[str, str]]:
+    bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
+    if not bootstrap:
+        raise ValueError(
+            "option 'kafka.bootstrap.servers' is required (e.g. 'host1:9092,host2:9092')"
+        )
+    params: dict[str, str] = {}
+    for key, value in opts.items():
+        if not key.startswith("kafka.") or key == "kafka.bootstrap.servers":
+            continue
+        name = key[len("kafka.") :]
+        if name in _FORBIDDEN_KAFKA_PARAMS:
+            raise ValueError(
+                f"option 'kafka.{name}' is not supported: {_FORBIDDEN_KAFKA_PARAMS[name]}"
+            )
+        params[name] = value
+    return bootstrap, params
+
+
+def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+    """Validate ``options`` for a batch (``streaming=False``) or streaming read.
+
+    Raises ``ValueError`` naming the first bad, missing or contradictory option."""
+    opts = lower_keys(options)
+    bootstrap, params = _kafka_params(opts)
+    subscribe, pattern, assign = _subscription(opts)
+
+    if streaming:
+        for name in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"):
+            if name.lower() in opts:
+                raise ValueError(f"option '{name}' is not valid in streaming queries")
+        starting = _offset_spec(opts, "starting", OffsetKind.LATEST)
+        ending = None
+    else:
+        starting = _offset_spec(opts, "starting", OffsetKind.EARLIEST)
+        ending = _offset_spec(opts, "ending", OffsetKind.LATEST)
+    assert starting is not None
+
+    if not streaming:
+        assert ending is not None
+        if starting.kind is OffsetKind.LATEST:
+            raise ValueError("option 'startingOffsets': 'latest' is not allowed for batch queries")
+        if starting.kind is OffsetKind.OFFSETS:
+            for tp, off in starting.offsets.items():
+                if off == LATEST:
+                    raise ValueError(
+                        f"option 'startingOffsets': {tp.topic}[{tp.partition}] can't be latest "
+                        "(-1) for batch queries"
+                    )
+        if ending.kind is OffsetKind.EARLIEST:
+            raise ValueError("option 'endingOffsets': 'earliest' is not allowed for batch queries")
+        if ending.kind is OffsetKind.OFFSETS:
+            for tp, off in ending.offsets.items():
+                if off == EARLIEST:
+                    raise ValueError(
+                        f"option 'endingOffsets': {tp.topic}[{tp.partition}] can't be earliest "
+                        "(-2) for batch queries"
+                    )
+
+    if assign is not None:
+        assigned = set(assign)
+        for spec in (starting, ending):
+            if spec is not None and spec.kind in (OffsetKind.OFFSETS, OffsetKind.TIMESTAMPS):
+                extra = sorted(set(spec.offsets) - assigned)
+                if extra:
+                    raise ValueError(
+                        f"option '{spec.option}' names partitions that are not assigned: "
+                        f"{[f'{tp.topic}[{tp.partition}]' for tp in extra]}"
+                    )
+
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise ValueError(
+            "option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
+            f"got {opts['startingoffsetsbytimestampstrategy']!r}"
+        )
+
+    max_per_trigger = _positive_int(opts, "maxOffsetsPerTrigger")
+    min_per_trigger = _positive_int(opts, "minOffsetsPerTrigger")
+    if (
+        max_per_trigger is not None
+        and min_per_trigger is not None
+        and min_per_trigger > max_per_trigger
+    ):
+        raise ValueError(
+            f"option 'minOffsetsPerTrigger' ({min_per_trigger}) must not exceed "
+            f"'maxOffsetsPerTrigger' ({max_per_trigger})"
+        )
+    delay_raw = opts.get("maxtriggerdelay")
+    max_delay = (
+        DEFAULT_MAX_TRIGGER_DELAY_MS
+        if delay_raw is None
+        else parse_duration_ms(delay_raw, "maxTriggerDelay")
+    )
+    poll_timeout = _positive_int(opts, "kafkaConsumer.pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS
+    prefix = opts.get("groupidprefix", "spark-millrace-source").strip()
+    if not prefix:
+        raise ValueError("option 'groupIdPrefix' must not be empty")
+
+    return ReadOptions(
+        bootstrap_servers=bootstrap,
+        kafka_params=params,
+        subscribe=subscribe,
+        subscribe_pattern=pattern,
+        assign=assign,
+        starting=starting,
+        ending=ending,
+        streaming=streaming,
+        starting_timestamp_strategy=strategy,
+        max_offsets_per_trigger=max_per_trigger,
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=max_delay,
+        min_partitions=_positive_int(opts, "minPartitions"),
+        max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
+        fail_on_data_loss=bool_option(opts, "failOnDataLoss", True),
+        include_headers=bool_option(opts, "includeHeaders", False),
+        poll_timeout_ms=poll_timeout,
+        group_id_prefix=prefix,
+    )
+
+
+def validate_common(options: Mapping[str, str]) -> None:
+    """The checks that do not depend on batch vs streaming (run from ``schema()`` at
+    ``load()`` time, before Spark says which kind of read it is)."""
+    opts = lower_keys(options)
+    # Ending options are legal for batch; check them as batch, everything else as streaming
+    # would (streaming accepts a superset of starting positions).
+    if any(k.startswith("ending") for k in opts):
+        parse_read_options(options, streaming=False)
+    else:
+        parse_read_options(options, streaming=True)

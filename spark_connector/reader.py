@@ -1,0 +1,393 @@
+"""Batch and streaming readers of the ``millrace`` format.
+
+Theory of operation
+-------------------
+Planning happens on the driver: :class:`~spark_connector.client.KafkaMetadataClient` lists
+the subscribed partitions and resolves the starting / ending positions to concrete offsets,
+and the pure :func:`~spark_connector.planner.plan_ranges` cuts them into
+:class:`MillraceInputPartition`\\ s (one Spark task each).
+
+Reading happens on executors in :func:`read_range`: it creates its own confluent-kafka
+``Consumer`` inside ``read()`` (never pickled, used by that task's thread only, closed before
+returning), ``assign()``-s the exact start offset (no group membership, nothing committed),
+consumes until the range's ``until`` offset and yields ``pyarrow.RecordBatch``\\ es of at most
+:data:`ARROW_BATCH_ROWS` rows in the declared schema. Offsets may have gaps (compaction,
+transaction control records, aborted records under read_committed): the read ends when a
+record at or beyond ``until`` arrives, when the consumer's position reaches ``until``, or when
+the partition end (high watermark) is reached.
+
+Data loss (Spark's ``failOnDataLoss``): records of the range that no longer exist (the log
+start offset moved past ``from`` because of retention or DeleteRecords, the log ends before
+``until`` because a topic was re-created, a partition or topic disappeared) fail the read
+with :class:`DataLossError` when ``failOnDataLoss=true`` (the default) and are skipped with a
+warning otherwise.
+
+Streaming offsets are JSON dicts ``{"topic": {"0": 42}}`` holding the next offset to read per
+partition. :meth:`MillraceStreamReader.partitions` depends only on its arguments and the
+options, so a replayed micro-batch reads exactly the same records. Partitions that appear
+after the query started are read from offset 0 (their beginning).
+
+Pickling: readers are pickled to executors and hold only :class:`ReadOptions`, the schema and
+plain values (never a client). The streaming reader additionally keeps small driver-side
+state (the Trigger.AvailableNow target and the last trigger time for ``maxTriggerDelay``),
+which is only used by the long-lived driver-side Python process that plans micro-batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from spark_connector.client import KafkaMetadataClient
+from spark_connector.offsets import PartitionOffsets, from_json_dict, to_json_dict
+from spark_connector.options import ReadOptions
+from spark_connector.planner import OffsetRange, plan_ranges, rate_limit
+
+log = logging.getLogger(__name__)
+
+ARROW_BATCH_ROWS = 10_000
+"""Rows per ``pyarrow.RecordBatch`` yielded by ``read()``."""
+CONSUME_CHUNK = 2_000
+"""Messages asked of librdkafka per ``consume()`` call."""
+
+# confluent-kafka timestamp types -> Kafka TimestampType ids (what Spark's Kafka source shows)
+_TIMESTAMP_TYPE = {0: -1, 1: 0, 2: 1}
+
+
+class DataLossError(RuntimeError):
+    """Records the query should read no longer exist (``failOnDataLoss=true``)."""
+
+
+def report_data_loss(options: ReadOptions, message: str) -> None:
+    """Fail with :class:`DataLossError` or log a warning, as ``failOnDataLoss`` says."""
+    if options.fail_on_data_loss:
+        raise DataLossError(
+            f"{message}. Some data may have been lost because it is no longer available in "
+            "Kafka (retention, deleted topic or re-created topic). If you want your query to "
+            "continue in this case, set the source option 'failOnDataLoss' to 'false'."
+        )
+    log.warning("%s. Skipping it because failOnDataLoss=false.", message)
+
+
+class MillraceInputPartition(InputPartition):
+    """One Spark task's share: records ``[from_offset, until_offset)`` of one partition."""
+
+    def __init__(self, offset_range: OffsetRange) -> None:
+        super().__init__(offset_range)
+        self.range = offset_range
+
+    def __repr__(self) -> str:
+        r = self.range
+        return f"MillraceInputPartition({r.topic}[{r.partition}] {r.from_offset}..{r.until_offset})"
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark expects for ``schema`` (what its Python data source checks)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+class _Columns:
+    """Column buffers for one Arrow batch."""
+
+    def __init__(self, with_headers: bool) -> None:
+        self.with_headers = with_headers
+        self.key: list[bytes | None] = []
+        self.value: list[bytes | None] = []
+        self.offset: list[int] = []
+        self.ts_us: list[int] = []
+        self.ts_type: list[int] = []
+        self.headers: list[list[dict[str, Any]] | None] = []
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def add(self, msg: Any) -> None:
+        self.key.append(msg.key())
+        self.value.append(msg.value())
+        self.offset.append(msg.offset())
+        ts_type, ts = msg.timestamp()
+        self.ts_us.append(ts * 1000)
+        self.ts_type.append(_TIMESTAMP_TYPE.get(ts_type, -1))
+        if self.with_headers:
+            hdrs = msg.headers()
+            self.headers.append([{"key": k, "value": v} for k, v in hdrs] if hdrs else None)
+
+    def to_batch(self, schema: pa.Schema, topic: str, partition: int) -> pa.RecordBatch:
+        n = len(self)
+        arrays = [
+            pa.array(self.key, schema.field("key").type),
+            pa.array(self.value, schema.field("value").type),
+            pa.array([topic] * n, schema.field("topic").type),
+            pa.array([partition] * n, schema.field("partition").type),
+            pa.array(self.offset, schema.field("offset").type),
+            pa.array(self.ts_us, schema.field("timestamp").type),
+            pa.array(self.ts_type, schema.field("timestampType").type),
+        ]
+        if self.with_headers:
+            arrays.append(pa.array(self.headers, schema.field("headers").type))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def read_range(options: ReadOptions, r: OffsetRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``r`` as Arrow batches in ``schema``. Runs on an executor; the
+    consumer lives only inside this generator."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException
+    from confluent_kafka import TopicPartition as CKTopicPartition
+
+    if r.size <= 0:
+        return
+    with_headers = "headers" in schema.names
+    consumer = Consumer(
+        options.client_config(
+            **{
+                "enable.partition.eof": True,
+                "auto.offset.reset": "error" if options.fail_on_data_loss else "earliest",
+                "fetch.wait.max.ms": 100,
+            }
+        )
+    )
+    where = f"{r.topic}[{r.partition}]"
+    try:
+        timeout_s = options.poll_timeout_ms / 1000
+        low, high = consumer.get_watermark_offsets(
+            CKTopicPartition(r.topic, r.partition), timeout=timeout_s, cached=False
+        )
+        start = r.from_offset
+        if low > start:
+            report_data_loss(
+                options,
+                f"{where}: offsets {start}..{min(low, r.until_offset) - 1} were requested but "
+                f"the log now starts at {low}",
+            )
+            start = low
+        if high < r.until_offset:
+            report_data_loss(
+                options,
+                f"{where}: offsets up to {r.until_offset - 1} were requested but the log ends "
+                f"at {high}",
+            )
+        until = min(r.until_offset, high)
+        if start >= until:
+            return
+        consumer.assign([CKTopicPartition(r.topic, r.partition, start)])
+        cols = _Columns(with_headers)
+        position = start
+        last_progress = time.monotonic()
+        while position < until:
+            # consume() waits until it has ``num_messages`` or the timeout passed: never ask
+            # for more than the range still holds, so the last call returns at once.
+            msgs = consumer.consume(min(CONSUME_CHUNK, until - position), timeout=0.5)
+            progressed = False
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        # The consumer reached the high watermark: nothing more to read.
+                        eof = msg.offset() or 0
+                        if eof < until:
+                            report_data_loss(
+                                options,
+                                f"{where}: log ended at {eof} before the requested end {until}",
+                            )
+                        position = until
+                        break
+                    raise KafkaException(err)
+                off = msg.offset()
+                if off is None:
+                    continue
+                if off >= until:
+                    position = until
+                    break
+                cols.add(msg)
+                position = off + 1
+                progressed = True
+                if len(cols) >= ARROW_BATCH_ROWS:
+                    yield cols.to_batch(schema, r.topic, r.partition)
+                    cols = _Columns(with_headers)
+            if position < until:
+                # Skipped offsets (control records, compaction) still move the position.
+                pos = consumer.position([CKTopicPartition(r.topic, r.partition)])[0].offset
+                if pos > position:
+                    position = pos
+                    progressed = True
+            now = time.monotonic()
+            if progressed:
+                last_progress = now
+            elif now - last_progress > timeout_s:
+                raise TimeoutError(
+                    f"{where}: no progress reading offsets {position}..{until - 1} for "
+                    f"{timeout_s:.0f}s (option 'kafkaConsumer.pollTimeoutMs')"
+                )
+        if len(cols):
+            yield cols.to_batch(schema, r.topic, r.partition)
+    finally:
+        consumer.close()
+
+
+def _input_partitions(ranges: list[OffsetRange]) -> list[MillraceInputPartition]:
+    return [MillraceInputPartition(r) for r in ranges]
+
+
+class MillraceBatchReader(DataSourceReader):
+    """``spark.read.format("millrace")``: a fixed offset range per partition, resolved once
+    (on the first :meth:`partitions` call) on the driver."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def plan(self) -> list[OffsetRange]:
+        """Resolve starting/ending positions against the cluster and plan the ranges."""
+        opts = self.options
+        assert opts.ending is not None
+        with KafkaMetadataClient(opts) as client:
+            tps = client.partitions()
+            if not tps:
+                return []
+            start = client.resolve(opts.starting, tps, starting=True)
+            end = client.resolve(opts.ending, tps, starting=False)
+        for tp in tps:
+            if end[tp] < start[tp]:
+                raise ValueError(
+                    f"option '{opts.ending.option}': the end offset {end[tp]} of "
+                    f"{tp.topic}[{tp.partition}] is before the start offset {start[tp]} "
+                    f"(option '{opts.starting.option}')"
+                )
+        return plan_ranges(
+            start,
+            end,
+            min_partitions=opts.min_partitions,
+            max_records_per_partition=opts.max_records_per_partition,
+        )
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return _input_partitions(self.plan())
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, MillraceInputPartition)
+        yield from read_range(self.options, partition.range, arrow_schema(self.schema))
+
+
+class MillraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("millrace")`` with admission control and
+    Trigger.AvailableNow.
+
+    Read limits: :meth:`getDefaultReadLimit` is ``ReadMaxRows(maxOffsetsPerTrigger)`` when
+    that option is set, else ``ReadMinRows(minOffsetsPerTrigger)``, else
+    ``ReadAllAvailable``. :meth:`latestOffset` honours the limit Spark passes:
+    ``ReadAllAvailable`` reads everything; ``ReadMaxRows`` shares the budget across
+    partitions in proportion to their backlog; whenever the limit is not
+    ``ReadAllAvailable`` and ``minOffsetsPerTrigger`` is set, a batch waits until that many
+    records are available or ``maxTriggerDelay`` passed since the last batch (except under
+    Trigger.AvailableNow, which must terminate)."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self._available_now_target: PartitionOffsets | None = None
+        # maxTriggerDelay counts from the query's start (Spark starts from 0, which lets
+        # the first batch through below minOffsetsPerTrigger).
+        self._last_trigger_ms = int(time.time() * 1000)
+
+    # --- driver side ---------------------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, dict[str, int]]:
+        with KafkaMetadataClient(self.options) as client:
+            tps = client.partitions()
+            start = client.resolve(self.options.starting, tps, starting=True)
+        return to_json_dict(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        with KafkaMetadataClient(self.options) as client:
+            self._available_now_target = client.latest(client.partitions())
+
+    def _latest(self) -> PartitionOffsets:
+        if self._available_now_target is not None:
+            return dict(self._available_now_target)
+        with KafkaMetadataClient(self.options) as client:
+            return client.latest(client.partitions())
+
+    def _check_lost(self, start: PartitionOffsets, latest: PartitionOffsets) -> None:
+        for tp in sorted(set(start) - set(latest)):
+            report_data_loss(
+                self.options, f"{tp.topic}[{tp.partition}] is gone (topic or partition deleted)"
+            )
+        for tp in sorted(set(start) & set(latest)):
+            if latest[tp] < start[tp]:
+                report_data_loss(
+                    self.options,
+                    f"{tp.topic}[{tp.partition}]: the log end offset {latest[tp]} is before "
+                    f"the next offset to read {start[tp]} (topic re-created or truncated)",
+                )
+
+    def _delay_batch(self, start: PartitionOffsets, latest: PartitionOffsets) -> bool:
+        """``minOffsetsPerTrigger`` / ``maxTriggerDelay`` (Spark's ``delayBatch``)."""
+        minimum = self.options.min_offsets_per_trigger
+        if minimum is None or self._available_now_target is not None:
+            return False
+        now_ms = int(time.time() * 1000)
+        if now_ms - self._last_trigger_ms >= self.options.max_trigger_delay_ms:
+            self._last_trigger_ms = now_ms
+            return False
+        new_records = sum(max(off - start.get(tp, 0), 0) for tp, off in latest.items())
+        if new_records < minimum:
+            return True
+        self._last_trigger_ms = now_ms
+        return False
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, dict[str, int]]:
+        start_offsets = from_json_dict(start, "start offset")
+        latest = self._latest()
+        self._check_lost(start_offsets, latest)
+        if isinstance(limit, ReadAllAvailable):
+            return to_json_dict(latest)
+        if self._delay_batch(start_offsets, latest):
+            return to_json_dict({tp: off for tp, off in start_offsets.items() if tp in latest})
+        if isinstance(limit, ReadMaxRows):
+            # Partitions whose log moved behind the start are reset to their end (no backlog).
+            effective_start = {tp: min(start_offsets.get(tp, 0), latest[tp]) for tp in latest}
+            return to_json_dict(rate_limit(effective_start, latest, limit.max_rows))
+        return to_json_dict(latest)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        start_offsets = from_json_dict(start, "start offset")
+        end_offsets = from_json_dict(end, "end offset")
+        return _input_partitions(
+            plan_ranges(
+                start_offsets,
+                end_offsets,
+                min_partitions=self.options.min_partitions,
+                max_records_per_partition=self.options.max_records_per_partition,
+            )
+        )
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: offsets live in Spark's checkpoint, no group offsets are kept."""
+
+    # --- executor side -------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, MillraceInputPartition)
+        yield from read_range(self.options, partition.range, arrow_schema(self.schema))

@@ -1,0 +1,518 @@
+"""The write side of the ``millrace`` format: ``df.write`` and ``df.writeStream`` to topics.
+
+Theory of operation
+-------------------
+The contract is Spark's built-in Kafka sink (``spark-sql-kafka-0-10``), so a job moves over by
+changing the format name:
+
+========== ============================================= ==========================================
+column     type                                          meaning
+========== ============================================= ==========================================
+value      string or binary (required)                   record value; null writes a tombstone
+key        string or binary (optional)                   record key; null means no key
+headers    array<struct<key string, value binary>>       record headers (optional)
+topic      string (optional)                             target topic, unless option ``topic``
+partition  int (optional)                                explicit partition; null -> partitioner
+========== ============================================= ==========================================
+
+Other columns are ignored. Options: ``kafka.bootstrap.servers`` (required), ``topic`` (wins
+over the ``topic`` column), and ``kafka.<property>``: every ``kafka.``-prefixed option is
+handed, prefix stripped, to the producer (librdkafka names: ``kafka.acks``,
+``kafka.linger.ms``, ``kafka.compression.type``, ...).
+
+Placement: a row with a ``partition`` goes there; a keyed row without one goes to
+``toPositive(murmur2(key)) % numPartitions`` (Kafka's default partitioner, librdkafka's
+``murmur2_random``; :mod:`spark_connector.partitioner` is the pure reference); a keyless
+row's partition is chosen by the client (sticky partitioning).
+
+Delivery is at-least-once, like Spark's Kafka sink: the producer defaults to ``acks=all``
+and ``enable.idempotence=true``, every produced row's delivery report is checked, and a
+task reports success only after ``flush()`` has returned and every row has been
+acknowledged. Any failed delivery (or a row that cannot be produced) fails the task with a
+:class:`DeliveryError`; a Spark retry then re-sends the task's rows (duplicates, never loss).
+
+Validation happens as early as possible: column types, a missing ``value`` column, a missing
+``kafka.bootstrap.servers`` and "no ``topic`` option and no ``topic`` column" are checked
+from the schema on the driver when Spark creates the writer (:class:`WriteOptionError`);
+what only the data can tell (a null topic, a negative partition, a null header key) fails
+the task with a message naming the column (each Arrow batch is checked before any of its
+rows is sent).
+
+Pickling and concurrency
+------------------------
+A writer is created on the driver and pickled to the executors; it holds only the options
+and the schema-derived plan (plain values). The confluent-kafka ``Producer`` is created
+inside :meth:`write` on the executor, used by that task's thread only, and flushed before
+:meth:`write` returns; it is never pickled or shared. :meth:`commit` and :meth:`abort` run
+on the driver.
+
+Example (batch and streaming)::
+
+    df.selectExpr("CAST(id AS STRING) AS key", "to_json(struct(*)) AS value") \\
+        .write.format("millrace") \\
+        .option("kafka.bootstrap.servers", "127.0.0.1:9092") \\
+        .option("topic", "events") \\
+        .mode("append").save()
+
+    query = (stream_df.selectExpr("key", "value")
+             .writeStream.format("millrace")
+             .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+             .option("topic", "events")
+             .option("checkpointLocation", "/tmp/ckpt")
+             .start())
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from itertools import repeat
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "DeliveryError",
+    "MillraceBatchWriter",
+    "MillraceStreamWriter",
+    "MillraceWriteCommitMessage",
+    "WriteOptionError",
+    "WritePlan",
+    "plan_write",
+    "producer_config",
+]
+
+log = logging.getLogger(__name__)
+
+BOOTSTRAP_OPTION = "kafka.bootstrap.servers"
+TOPIC_OPTION = "topic"
+KAFKA_PREFIX = "kafka."
+
+# Java serializer options make no sense here (Spark's Kafka sink rejects them too): the
+# key and value columns are already bytes or strings.
+_UNSUPPORTED_OPTIONS = {
+    "kafka.key.serializer": "the key column is written as is (string or binary)",
+    "kafka.value.serializer": "the value column is written as is (string or binary)",
+}
+
+# Poll the producer for delivery reports every this many rows.
+_POLL_EVERY_ROWS = 1000
+# How long one flush() call waits; flush is repeated until every report has arrived
+# (librdkafka bounds each message's life with message.timeout.ms / delivery.timeout.ms).
+_FLUSH_STEP_S = 5.0
+
+
+class WriteOptionError(ValueError):
+    """A bad option or a bad column type: raised on the driver when Spark creates the
+    writer, or in a task when a row carries an unusable value. The message names the
+    option or column."""
+
+
+class DeliveryError(RuntimeError):
+    """A row the cluster did not acknowledge (or refused): the task fails, Spark retries."""
+
+
+@dataclass(frozen=True, slots=True)
+class WritePlan:
+    """What the schema and options say about every row; plain values, so picklable.
+
+    ``*_index`` are column positions in the incoming Arrow batches (``None``: no column).
+    """
+
+    bootstrap_servers: str
+    topic: str | None
+    value_index: int
+    key_index: int | None
+    topic_index: int | None
+    partition_index: int | None
+    headers_index: int | None
+    producer_options: dict[str, str]
+
+
+def _type_name(dt: DataType) -> str:
+    return dt.simpleString()
+
+
+def _is_string_or_binary(dt: DataType) -> bool:
+    return isinstance(dt, StringType | BinaryType)
+
+
+def _is_headers_type(dt: DataType) -> bool:
+    if not isinstance(dt, ArrayType) or not isinstance(dt.elementType, StructType):
+        return False
+    fields = dt.elementType.fields
+    return (
+        len(fields) == 2
+        and fields[0].name == "key"
+        and isinstance(fields[0].dataType, StringType)
+        and fields[1].name == "value"
+        and isinstance(fields[1].dataType, BinaryType)
+    )
+
+
+def plan_write(options: Mapping[str, str], schema: StructType) -> WritePlan:
+    """Validate ``options`` and ``schema`` and locate the sink's columns.
+
+    Runs on the driver (from the writer constructors). Raises :class:`WriteOptionError`
+    naming the option or column. Column names match case-insensitively, like Spark's
+    default resolution.
+    """
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    bootstrap = opts.get(BOOTSTRAP_OPTION, "").strip()
+    if not bootstrap:
+        raise WriteOptionError(
+            f"option '{BOOTSTRAP_OPTION}' is required: the Kafka/Millrace brokers to write to "
+            "(host:port[,host:port...])"
+        )
+    for name, why in _UNSUPPORTED_OPTIONS.items():
+        if name in opts:
+            raise WriteOptionError(f"option '{name}' is not supported: {why}")
+    topic_option = opts.get(TOPIC_OPTION)
+    if topic_option is not None and not topic_option.strip():
+        raise WriteOptionError(f"option '{TOPIC_OPTION}' must not be empty")
+
+    index: dict[str, int] = {}
+    types: dict[str, DataType] = {}
+    for i, f in enumerate(schema.fields):
+        name = f.name.lower()
+        if name in ("value", "key", "topic", "partition", "headers") and name not in index:
+            index[name] = i
+            types[name] = f.dataType
+
+    if "value" not in index:
+        raise WriteOptionError(
+            "required column 'value' not found (columns: "
+            f"{', '.join(schema.fieldNames()) or 'none'}); the sink writes columns value "
+            "(string or binary), and optionally key, headers, topic, partition"
+        )
+    if not _is_string_or_binary(types["value"]):
+        raise WriteOptionError(
+            f"column 'value' has type {_type_name(types['value'])}; it must be string or "
+            "binary (cast it, e.g. CAST(value AS STRING) or to_json(...))"
+        )
+    if "key" in index and not _is_string_or_binary(types["key"]):
+        raise WriteOptionError(
+            f"column 'key' has type {_type_name(types['key'])}; it must be string or binary"
+        )
+    if "topic" in index and not isinstance(types["topic"], StringType):
+        raise WriteOptionError(
+            f"column 'topic' has type {_type_name(types['topic'])}; it must be string"
+        )
+    if "partition" in index and not isinstance(types["partition"], IntegerType):
+        raise WriteOptionError(
+            f"column 'partition' has type {_type_name(types['partition'])}; it must be int"
+        )
+    if "headers" in index and not _is_headers_type(types["headers"]):
+        raise WriteOptionError(
+            f"column 'headers' has type {_type_name(types['headers'])}; it must be "
+            "array<struct<key:string,value:binary>>"
+        )
+    if topic_option is None and "topic" not in index:
+        raise WriteOptionError(
+            f"no topic to write to: set option '{TOPIC_OPTION}' or provide a string column 'topic'"
+        )
+
+    producer_options = {
+        k[len(KAFKA_PREFIX) :]: v
+        for k, v in opts.items()
+        if k.startswith(KAFKA_PREFIX) and k != BOOTSTRAP_OPTION
+    }
+    return WritePlan(
+        bootstrap_servers=bootstrap,
+        topic=topic_option.strip() if topic_option is not None else None,
+        value_index=index["value"],
+        key_index=index.get("key"),
+        topic_index=index.get("topic"),
+        partition_index=index.get("partition"),
+        headers_index=index.get("headers"),
+        producer_options=producer_options,
+    )
+
+
+def producer_config(plan: WritePlan) -> dict[str, Any]:
+    """The librdkafka configuration for one task's producer.
+
+    Defaults (each overridable with a ``kafka.`` option): ``acks=all``,
+    ``enable.idempotence=true`` (turned off when ``kafka.acks`` is set to something other
+    than ``all``/``-1``, since librdkafka requires ``acks=all`` for idempotence), and the
+    Java-compatible ``partitioner=murmur2_random``.
+    """
+    user = dict(plan.producer_options)
+    conf: dict[str, Any] = {
+        "bootstrap.servers": plan.bootstrap_servers,
+        "client.id": "millrace-spark-writer",
+        "acks": "all",
+        "partitioner": "murmur2_random",
+    }
+    acks = user.get("acks", user.get("request.required.acks"))
+    weak_acks = acks is not None and acks.strip().lower() not in ("all", "-1")
+    if "enable.idempotence" not in user:
+        conf["enable.idempotence"] = not weak_acks
+    conf.update(user)
+    return conf
+
+
+@dataclass(slots=True)
+class MillraceWriteCommitMessage(WriterCommitMessage):
+    """What one task wrote: the number of rows the cluster acknowledged. Picklable."""
+
+    rows: int
+
+
+class _DeliveryTracker:
+    """Counts delivery reports of one task's producer. Called back from ``poll``/``flush``
+    on the task's own thread (confluent-kafka serves callbacks in the polling thread).
+    The success path is one increment: it runs once per row."""
+
+    __slots__ = ("acked", "errors", "failed")
+
+    def __init__(self) -> None:
+        self.acked = 0
+        self.failed = 0
+        self.errors: list[str] = []
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked += 1
+            return
+        self.failed += 1
+        if len(self.errors) < 5:
+            self.errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
+
+
+def _headers(value: Any, row: int) -> list[tuple[str, bytes | None]] | None:
+    if not value:
+        return None
+    out: list[tuple[str, bytes | None]] = []
+    for h in value:
+        key = h.get("key") if h is not None else None
+        if key is None:
+            raise WriteOptionError(f"column 'headers': row {row} has a header with a null key")
+        out.append((key, h.get("value")))
+    return out
+
+
+def _new_producer(plan: WritePlan, tracker: _DeliveryTracker) -> Any:
+    from confluent_kafka import KafkaException, Producer
+
+    conf = producer_config(plan)
+    conf["on_delivery"] = tracker
+    try:
+        return Producer(conf)
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise WriteOptionError(
+            f"cannot create the producer from the 'kafka.*' options (passed to librdkafka "
+            f"without the 'kafka.' prefix): {exc}"
+        ) from exc
+
+
+def _produce_blocking(
+    producer: Any, topic: str, value: Any, key: Any, partition: int, headers: Any
+) -> None:
+    """``produce`` once the local queue has room (it raised ``BufferError``)."""
+    while True:
+        producer.poll(0.1)  # serve delivery reports, freeing queue space
+        try:
+            if headers is None:
+                producer.produce(topic, value, key, partition)
+            else:
+                producer.produce(topic, value, key, partition, headers=headers)
+            return
+        except BufferError:
+            continue
+
+
+def _row_topics(plan: WritePlan, batch: pa.RecordBatch, row_base: int) -> Iterable[str]:
+    if plan.topic is not None:
+        return repeat(plan.topic, batch.num_rows)
+    assert plan.topic_index is not None
+    topics: list[str | None] = batch.column(plan.topic_index).to_pylist()
+    for i, topic in enumerate(topics):
+        if not topic:
+            raise WriteOptionError(
+                f"row {row_base + i} has a null or empty 'topic' column and no "
+                f"'{TOPIC_OPTION}' option is set"
+            )
+    return topics  # type: ignore[return-value]  # no None left
+
+
+def _row_partitions(plan: WritePlan, batch: pa.RecordBatch, row_base: int) -> Iterable[int]:
+    if plan.partition_index is None:
+        return repeat(-1, batch.num_rows)  # librdkafka's RD_KAFKA_PARTITION_UA: partitioner
+    out: list[int] = []
+    for i, p in enumerate(batch.column(plan.partition_index).to_pylist()):
+        if p is None:
+            out.append(-1)
+        elif p < 0:
+            raise WriteOptionError(
+                f"column 'partition': row {row_base + i} has partition {p}; partitions are "
+                ">= 0 (or null for the partitioner)"
+            )
+        else:
+            out.append(p)
+    return out
+
+
+def write_batches(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> MillraceWriteCommitMessage:
+    """Produce every row of ``batches`` and wait until each is acknowledged.
+
+    Runs on an executor (the body of both writers' ``write``). Raises
+    :class:`WriteOptionError` for a row that cannot be produced (checked per Arrow batch,
+    before any of that batch's rows are sent) and :class:`DeliveryError` if any delivery
+    failed; returns only when every row was acknowledged.
+    """
+    from confluent_kafka import KafkaException
+
+    tracker = _DeliveryTracker()
+    producer = _new_producer(plan, tracker)
+    produce = producer.produce
+    produced = 0
+    row_base = 0
+    ok = False
+    try:
+        for batch in batches:
+            n = batch.num_rows
+            values = batch.column(plan.value_index).to_pylist()
+            keys: Iterable[Any] = (
+                repeat(None, n)
+                if plan.key_index is None
+                else batch.column(plan.key_index).to_pylist()
+            )
+            headers: Iterable[Any] = (
+                repeat(None, n)
+                if plan.headers_index is None
+                else [
+                    _headers(h, row_base + i)
+                    for i, h in enumerate(batch.column(plan.headers_index).to_pylist())
+                ]
+            )
+            rows = zip(
+                _row_topics(plan, batch, row_base),
+                values,
+                keys,
+                _row_partitions(plan, batch, row_base),
+                headers,
+                strict=True,
+            )
+            i = 0
+            try:
+                for i, (topic, value, key, partition, hdrs) in enumerate(rows):
+                    try:
+                        if hdrs is None:
+                            produce(topic, value, key, partition)
+                        else:
+                            produce(topic, value, key, partition, headers=hdrs)
+                    except BufferError:
+                        _produce_blocking(producer, topic, value, key, partition, hdrs)
+                    if i % _POLL_EVERY_ROWS == 0:
+                        producer.poll(0)
+            except KafkaException as exc:
+                raise DeliveryError(
+                    f"cannot produce row {row_base + i} (topic '{topic}'): {exc}"
+                ) from exc
+            produced += n
+            row_base += n
+            producer.poll(0)
+            if tracker.failed:
+                break
+        while producer.flush(_FLUSH_STEP_S) > 0:
+            log.info("millrace writer: waiting for %d delivery reports", len(producer))
+        if tracker.failed:
+            raise DeliveryError(
+                f"{tracker.failed} of {produced} rows were not acknowledged by the cluster "
+                f"at {plan.bootstrap_servers}; first errors: {'; '.join(tracker.errors)}"
+            )
+        if tracker.acked != produced:
+            raise DeliveryError(
+                f"only {tracker.acked} of {produced} rows were acknowledged by the cluster"
+            )
+        ok = True
+        return MillraceWriteCommitMessage(rows=produced)
+    finally:
+        if not ok:
+            # Drop what is still queued so the failing task does not linger; rows already
+            # sent may have been written (at-least-once: the retry sends them again).
+            try:
+                producer.purge()
+                producer.flush(1.0)
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("millrace writer: purging the producer after a failure: %s", exc)
+
+
+def _summarize(messages: list[Any]) -> tuple[int, int]:
+    done = [m for m in messages if isinstance(m, MillraceWriteCommitMessage)]
+    return sum(m.rows for m in done), len(messages) - len(done)
+
+
+class MillraceBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("millrace")``: one producer per task, at-least-once.
+
+    Responsibility: validate options and schema on the driver (constructor), produce every
+    row of a task's Arrow batches and wait for their acknowledgements (``write``, on an
+    executor). Format: see the module docstring (Spark's Kafka sink columns and options).
+    Concurrency: the instance is pickled to executors and holds only plain values; each
+    ``write`` call creates, uses and flushes its own producer on the task thread.
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.plan = plan_write(options, schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> MillraceWriteCommitMessage:
+        return write_batches(self.plan, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        rows, _ = _summarize(list(messages))
+        log.info("millrace write committed: %d rows from %d tasks", rows, len(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        rows, failed = _summarize(list(messages))
+        log.warning(
+            "millrace write aborted: %d tasks failed; %d rows of successful tasks stay written "
+            "(the Kafka sink is at-least-once, not transactional)",
+            failed,
+            rows,
+        )
+
+
+class MillraceStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("millrace")``: each micro-batch task produces its rows and
+    waits for their acknowledgements, at-least-once (a replayed micro-batch writes again).
+
+    Same format, validation and pickling rules as :class:`MillraceBatchWriter`; ``commit``
+    and ``abort`` run on the driver once per micro-batch.
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.plan = plan_write(options, schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> MillraceWriteCommitMessage:
+        return write_batches(self.plan, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        rows, _ = _summarize(list(messages))
+        log.info("millrace stream batch %d committed: %d rows", batchId, rows)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        rows, failed = _summarize(list(messages))
+        log.warning(
+            "millrace stream batch %d aborted: %d tasks failed, %d rows already written",
+            batchId,
+            failed,
+            rows,
+        )

@@ -1,0 +1,158 @@
+"""Read-option parsing and validation of the Spark connector (Spark's Kafka source rules)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_connector.offsets import TopicPartition
+from spark_connector.options import (
+    DEFAULT_MAX_TRIGGER_DELAY_MS,
+    OffsetKind,
+    parse_duration_ms,
+    parse_read_options,
+    validate_common,
+)
+
+pytestmark = pytest.mark.unit
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "a, b"}
+
+
+def test_defaults_batch_and_streaming() -> None:
+    batch = parse_read_options(BASE, streaming=False)
+    assert batch.subscribe == ("a", "b")
+    assert batch.starting.kind is OffsetKind.EARLIEST
+    assert batch.ending is not None and batch.ending.kind is OffsetKind.LATEST
+    assert batch.fail_on_data_loss is True
+    assert batch.include_headers is False
+    assert batch.max_trigger_delay_ms == DEFAULT_MAX_TRIGGER_DELAY_MS
+    stream = parse_read_options(BASE, streaming=True)
+    assert stream.starting.kind is OffsetKind.LATEST
+    assert stream.ending is None
+
+
+def test_case_insensitive_names_and_kafka_pass_through() -> None:
+    opts = parse_read_options(
+        {
+            "KAFKA.BOOTSTRAP.SERVERS": "h:1",
+            "SubscribePattern": "t.*",
+            "kafka.isolation.level": "read_committed",
+            "kafka.client.id": "me",
+            "includeheaders": "TRUE",
+            "maxOffsetsPerTrigger": "100",
+            "minPartitions": "4",
+            "maxRecordsPerPartition": "1000",
+            "failOnDataLoss": "false",
+            "maxTriggerDelay": "30s",
+            "minOffsetsPerTrigger": "10",
+        },
+        streaming=True,
+    )
+    assert opts.subscribe_pattern == "t.*"
+    assert opts.kafka_params == {"isolation.level": "read_committed", "client.id": "me"}
+    conf = opts.client_config()
+    assert conf["bootstrap.servers"] == "h:1"
+    assert conf["isolation.level"] == "read_committed"
+    assert conf["enable.auto.commit"] is False
+    assert opts.include_headers and not opts.fail_on_data_loss
+    assert (opts.max_offsets_per_trigger, opts.min_offsets_per_trigger) == (100, 10)
+    assert (opts.min_partitions, opts.max_records_per_partition) == (4, 1000)
+    assert opts.max_trigger_delay_ms == 30_000
+
+
+def test_default_isolation_level_is_read_uncommitted_like_spark() -> None:
+    conf = parse_read_options(BASE, streaming=False).client_config()
+    assert conf["isolation.level"] == "read_uncommitted"
+
+
+def test_positions_priority_timestamp_first() -> None:
+    opts = parse_read_options(
+        {
+            **BASE,
+            "startingOffsets": "earliest",
+            "startingOffsetsByTimestamp": '{"a": {"0": 5}}',
+            "startingTimestamp": "1000",
+            "endingOffsetsByTimestamp": '{"a": {"0": 9}}',
+            "endingOffsets": "latest",
+        },
+        streaming=False,
+    )
+    assert opts.starting.kind is OffsetKind.TIMESTAMP and opts.starting.timestamp == 1000
+    assert opts.ending is not None and opts.ending.kind is OffsetKind.TIMESTAMPS
+    assert opts.ending.offsets == {TopicPartition("a", 0): 9}
+
+
+def test_json_offsets_and_assign() -> None:
+    opts = parse_read_options(
+        {
+            "kafka.bootstrap.servers": "h:1",
+            "assign": '{"a": [0, 1]}',
+            "startingOffsets": '{"a": {"0": 3, "1": -2}}',
+            "endingOffsets": '{"a": {"0": 9, "1": -1}}',
+        },
+        streaming=False,
+    )
+    assert opts.assign == (TopicPartition("a", 0), TopicPartition("a", 1))
+    assert opts.starting.offsets == {TopicPartition("a", 0): 3, TopicPartition("a", 1): -2}
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "named"),
+    [
+        ({"subscribe": "a"}, False, "kafka.bootstrap.servers"),
+        ({"kafka.bootstrap.servers": "h:1"}, False, "subscribe"),
+        ({**BASE, "assign": '{"a":[0]}'}, False, "subscribe"),
+        ({**BASE, "subscribe": " , "}, False, "subscribe"),
+        ({"kafka.bootstrap.servers": "h:1", "subscribePattern": "("}, True, "subscribePattern"),
+        ({"kafka.bootstrap.servers": "h:1", "assign": "[0]"}, True, "assign"),
+        ({**BASE, "startingOffsets": "latest"}, False, "startingOffsets"),
+        ({**BASE, "startingOffsets": '{"a":{"0":-1}}'}, False, "startingOffsets"),
+        ({**BASE, "endingOffsets": "earliest"}, False, "endingOffsets"),
+        ({**BASE, "endingOffsets": '{"a":{"0":-2}}'}, False, "endingOffsets"),
+        ({**BASE, "endingOffsets": "latest"}, True, "endingOffsets"),
+        ({**BASE, "endingTimestamp": "5"}, True, "endingTimestamp"),
+        ({**BASE, "endingOffsetsByTimestamp": '{"a":{"0":5}}'}, True, "endingOffsetsByTimestamp"),
+        ({**BASE, "startingOffsets": "sometime"}, True, "startingOffsets"),
+        ({**BASE, "startingOffsets": '{"a":{"0":-3}}'}, True, "startingOffsets"),
+        ({**BASE, "startingTimestamp": "yesterday"}, True, "startingTimestamp"),
+        ({**BASE, "startingOffsetsByTimestamp": '{"a":{"0":-5}}'}, True, "startingOffsetsBy"),
+        ({**BASE, "startingOffsetsByTimestampStrategy": "x"}, True, "Strategy"),
+        ({**BASE, "maxOffsetsPerTrigger": "0"}, True, "maxOffsetsPerTrigger"),
+        ({**BASE, "maxOffsetsPerTrigger": "lots"}, True, "maxOffsetsPerTrigger"),
+        ({**BASE, "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "5"}, True, "minOffsets"),
+        ({**BASE, "maxTriggerDelay": "soon"}, True, "maxTriggerDelay"),
+        ({**BASE, "minPartitions": "-1"}, False, "minPartitions"),
+        ({**BASE, "maxRecordsPerPartition": "x"}, False, "maxRecordsPerPartition"),
+        ({**BASE, "failOnDataLoss": "yes"}, False, "failOnDataLoss"),
+        ({**BASE, "includeHeaders": "1"}, False, "includeHeaders"),
+        ({**BASE, "kafka.auto.offset.reset": "earliest"}, False, "kafka.auto.offset.reset"),
+        ({**BASE, "kafka.enable.auto.commit": "true"}, False, "kafka.enable.auto.commit"),
+        (
+            {
+                "kafka.bootstrap.servers": "h:1",
+                "assign": '{"a":[0]}',
+                "startingOffsets": '{"a":{"0":1},"b":{"0":1}}',
+            },
+            False,
+            "startingOffsets",
+        ),
+    ],
+)
+def test_errors_name_the_option(options: dict[str, str], streaming: bool, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        parse_read_options(options, streaming=streaming)
+
+
+def test_validate_common_accepts_both_kinds_and_rejects_common_errors() -> None:
+    validate_common({**BASE, "startingOffsets": "latest"})  # fine for streaming
+    validate_common({**BASE, "endingOffsets": "latest"})  # fine for batch
+    with pytest.raises(ValueError, match="kafka.bootstrap.servers"):
+        validate_common({"subscribe": "a"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "ms"),
+    [("100", 100), ("250ms", 250), ("10s", 10_000), ("15m", 900_000), ("2h", 7_200_000)],
+)
+def test_durations(raw: str, ms: int) -> None:
+    assert parse_duration_ms(raw, "maxTriggerDelay") == ms
