@@ -5,7 +5,10 @@ free loopback ports; create the topic ``demo-events`` (3 partitions); produce 10
 events with an idempotent confluent-kafka producer (``linger.ms=5``) while showing a live
 progress line; consume them all back (``assign()``, no group) with a progress line; print a
 summary (records produced and consumed, rates, per-partition end offsets, three sample
-records); dump the first five batches of partition 0's first segment with ``dump-log``.
+records); dump the first five batches of partition 0's first segment with ``dump-log``;
+then run the Spark streaming job ``jobs/stream_counts.py`` with ``spark-submit``
+(``format("millrace")`` in and out, counts per user per minute, ``Trigger.AvailableNow``)
+into the topic ``demo-counts`` and print the largest counts (``--no-spark`` skips it).
 
 The cluster is always stopped (``millrace cluster down``), also on failure, Ctrl-C or
 SIGTERM; any process still alive afterwards whose pid is in ``cluster.json`` is killed by pid.
@@ -22,6 +25,7 @@ import random
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -181,12 +185,13 @@ def make_event(i: int, rng: random.Random) -> tuple[bytes, bytes]:
     """``(key, JSON value)`` of event ``i``; the key is the user, so a user's events stay
     in order on one partition."""
     user = f"user-{rng.randrange(1000):04d}"
+    now = time.time()
     event = {
         "id": i,
-        "user": user,
+        "key": user,
         "type": rng.choice(EVENT_TYPES),
         "amount": round(rng.uniform(1, 500), 2),
-        "ts": int(time.time() * 1000),
+        "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z",
     }
     return user.encode(), json.dumps(event, separators=(",", ":")).encode()
 
@@ -392,7 +397,104 @@ def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def run_demo(run_dir: Path, records: int) -> int:
+COUNTS_TOPIC = "demo-counts"
+
+
+def run_stream_job(bootstrap: str, run_dir: Path) -> int:
+    """``spark-submit jobs/stream_counts.py`` over the demo topic; returns its exit code."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(_quiet({"bootstrap.servers": bootstrap}))
+    admin.create_topics([NewTopic(COUNTS_TOPIC, num_partitions=1, replication_factor=1)])[
+        COUNTS_TOPIC
+    ].result()
+    root = Path(__file__).resolve().parents[2]
+    submit = Path(sys.executable).with_name("spark-submit")
+    cmd = [
+        str(submit) if submit.exists() else "spark-submit",
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        str(root / "jobs" / "stream_counts.py"),
+        "--bootstrap",
+        bootstrap,
+        "--input",
+        TOPIC,
+        "--output",
+        COUNTS_TOPIC,
+        "--checkpoint",
+        str(run_dir / "stream-counts-checkpoint"),
+        "--window",
+        "1 minute",
+        "--available-now",
+    ]
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
+    log_path = run_dir / "spark-submit.log"
+    say(
+        f"$ spark-submit jobs/stream_counts.py --input {TOPIC} --output {COUNTS_TOPIC} "
+        f"--available-now   (Spark output in {log_path})"
+    )
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root)
+        started = time.monotonic()
+        while proc.poll() is None:
+            _progress(f"  streaming job running ... {time.monotonic() - started:4.0f}s")
+            time.sleep(1)
+    _progress("")
+    sys.stdout.write("\r")
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-2000:]
+        say(f"  spark-submit failed (exit {proc.returncode}):\n{tail}")
+    return proc.returncode
+
+
+def print_top_counts(bootstrap: str, limit: int = 5) -> int:
+    """Read ``demo-counts`` (latest value per key) and print the largest counts."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        _quiet(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "millrace-demo",
+                "enable.auto.commit": False,
+            }
+        )
+    )
+    try:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(COUNTS_TOPIC, 0), timeout=10)
+        consumer.assign([TopicPartition(COUNTS_TOPIC, 0, 0)])
+        latest: dict[bytes, dict[str, Any]] = {}
+        read = 0
+        deadline = time.monotonic() + 60
+        while read < high and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 1.0):
+                if msg.error() is None:
+                    read += 1
+                    latest[msg.key() or b""] = json.loads(msg.value() or b"{}")
+    finally:
+        consumer.close()
+    rows = sorted(latest.values(), key=lambda r: -int(r.get("count", 0)))
+    say(f"  {COUNTS_TOPIC}: {read:,} records, {len(latest):,} (user, minute) counts; the largest:")
+    for row in rows[:limit]:
+        say(f"    {row.get('key')}  {row.get('window_start')}  count={row.get('count')}")
+    return sum(int(r.get("count", 0)) for r in latest.values())
+
+
+def _progress(text: str) -> None:
+    sys.stdout.write(f"\r{text:<70}")
+    sys.stdout.flush()
+
+
+def run_demo(run_dir: Path, records: int, spark: bool = True) -> int:
     cluster_dir = (run_dir / "cluster").resolve()
     say(f"Millrace demo: 1-broker cluster in {cluster_dir}")
     with embedded_cluster(cluster_dir) as bootstrap:
@@ -440,6 +542,18 @@ def run_demo(run_dir: Path, records: int) -> int:
             if ok
             else "FAILED: events were lost, duplicated or not acknowledged."
         )
+        if ok and spark:
+            say()
+            say('Spark: counting events per user per minute with format("millrace") ...')
+            if run_stream_job(bootstrap, run_dir.resolve()) != 0:
+                return 1
+            total = print_top_counts(bootstrap)
+            ok = total == records
+            say(
+                f"OK: the streaming job counted all {total:,} events."
+                if ok
+                else f"FAILED: the streaming job counted {total:,} of {records:,} events."
+            )
     return 0 if ok else 1
 
 
@@ -451,13 +565,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--run-dir", default="demo-run", help="working directory (demo-run)")
     parser.add_argument("--records", type=int, default=RECORDS, help="events to produce")
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark streaming job")
     args = parser.parse_args(argv)
     if args.records <= 0:
         parser.error("--records must be at least 1")
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return run_demo(Path(args.run_dir), args.records)
+        return run_demo(Path(args.run_dir), args.records, spark=not args.no_spark)
     except KeyboardInterrupt:
         sys.stderr.write("\ndemo: interrupted; the cluster was stopped\n")
         return 130

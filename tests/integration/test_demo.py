@@ -1,5 +1,6 @@
 """``make demo`` end to end (smaller): the embedded ZooKeeper from pyspark's jars and a
-broker start, events go through and come back, and every process is stopped afterwards."""
+broker start, events go through and come back, the Spark streaming job counts them all
+through ``format("millrace")``, and every process is stopped afterwards."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def test_demo_runs_and_stops_everything(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         assert "every event was consumed back exactly once" in result.stdout
         assert "records consumed : 3,000" in result.stdout
+        assert "the streaming job counted all 3,000 events" in result.stdout
         info = json.loads((run_dir / "cluster" / "cluster.json").read_text())
         pids = [info.get("zookeeper_pid"), *(b.get("pid") for b in info["brokers"])]
         assert not [p for p in pids if isinstance(p, int) and pid_alive(p)], (
