@@ -243,10 +243,15 @@ time (100% = one core).
 Reproduce: `make bench` (or `.venv/bin/python bench/single_broker.py --records {args.records} --runs {args.runs}`).
 The comparison with Apache Kafka on the same machine comes with the benchmark issue.
 """
-    header = "# Benchmarks\n\n"
-    existing = out.read_text() if out.exists() else header
-    if "## Single broker" in existing:
-        before, _, rest = existing.partition("## Single broker")
+    replace_section(out, "## Single broker", section)
+
+
+def replace_section(out: Path, heading: str, section: str) -> None:
+    """Write ``section`` (starting with ``heading``) into the report ``out``, replacing the
+    section of that heading if present, keeping every other section."""
+    existing = out.read_text() if out.exists() else "# Benchmarks\n"
+    if heading in existing:
+        before, _, rest = existing.partition(heading)
         after = rest.split("\n## ", 1)
         existing = before + section + (("\n## " + after[1]) if len(after) > 1 else "")
     else:

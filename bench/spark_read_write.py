@@ -23,7 +23,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from single_broker import ROOT, free_port, machine, millrace, progress
+from single_broker import ROOT, free_port, machine, millrace, progress, replace_section
 
 RECORD = b"x" * 100
 
@@ -177,14 +177,7 @@ loader share the machine. One run each.
 Reproduce: `.venv/bin/python bench/spark_read_write.py --records {n}` (`make bench` runs it).
 Spark's own Kafka connector on the same data comes with the benchmark issue.
 """
-    existing = out.read_text() if out.exists() else "# Benchmarks\n"
-    if "## Spark connector" in existing:
-        before, _, rest = existing.partition("## Spark connector")
-        after = rest.split("\n## ", 1)
-        existing = before + section + (("\n## " + after[1]) if len(after) > 1 else "")
-    else:
-        existing = existing.rstrip("\n") + "\n\n" + section
-    out.write_text(existing)
+    replace_section(out, "## Spark connector", section)
 
 
 if __name__ == "__main__":
