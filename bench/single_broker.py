@@ -75,6 +75,23 @@ def millrace(*args: str) -> str:
     return out.stdout
 
 
+def start_cluster(cluster_dir: Path) -> str:
+    """``millrace cluster up`` with one broker on free ports; returns the bootstrap servers."""
+    out = millrace(
+        "cluster",
+        "up",
+        "--dir",
+        str(cluster_dir),
+        "--brokers",
+        "1",
+        "--base-port",
+        str(free_port()),
+        "--zk-port",
+        str(free_port()),
+    )
+    return out.strip().splitlines()[-1]
+
+
 def progress(text: str) -> None:
     sys.stderr.write(f"\r{text:<78}")
     sys.stderr.flush()
@@ -158,24 +175,8 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="millrace-bench-") as tmp:
         cluster_dir = Path(tmp) / "cluster"
-        base, zk = free_port(), free_port()
         sys.stderr.write(f"starting a 1-broker cluster in {cluster_dir}\n")
-        bootstrap = (
-            millrace(
-                "cluster",
-                "up",
-                "--dir",
-                str(cluster_dir),
-                "--brokers",
-                "1",
-                "--base-port",
-                str(base),
-                "--zk-port",
-                str(zk),
-            )
-            .strip()
-            .splitlines()[-1]
-        )
+        bootstrap = start_cluster(cluster_dir)
         try:
             import json
 

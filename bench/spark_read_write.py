@@ -23,7 +23,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from single_broker import ROOT, free_port, machine, millrace, progress, replace_section
+from single_broker import ROOT, machine, millrace, progress, replace_section, start_cluster
 
 RECORD = b"x" * 100
 
@@ -71,22 +71,7 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with tempfile.TemporaryDirectory(prefix="millrace-bench-spark-") as tmp:
         cluster_dir = Path(tmp) / "cluster"
-        bootstrap = (
-            millrace(
-                "cluster",
-                "up",
-                "--dir",
-                str(cluster_dir),
-                "--brokers",
-                "1",
-                "--base-port",
-                str(free_port()),
-                "--zk-port",
-                str(free_port()),
-            )
-            .strip()
-            .splitlines()[-1]
-        )
+        bootstrap = start_cluster(cluster_dir)
         try:
             for topic in ("spark-in", "spark-out"):
                 millrace(
