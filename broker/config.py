@@ -478,6 +478,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("replica.fetch.max.bytes", _T.INT, 1_048_576, "follower fetch size"),
         ConfigDef("replica.fetch.min.bytes", _T.INT, 1, "follower fetch min bytes"),
         ConfigDef("replica.socket.timeout.ms", _T.INT, 30_000, "follower socket timeout"),
+        ConfigDef(
+            "replica.fetch.response.max.bytes", _T.INT, 10_485_760, "follower fetch response size"
+        ),
+        ConfigDef("replica.fetch.backoff.ms", _T.INT, 1000, "follower fetch error backoff"),
+        ConfigDef(
+            "controller.socket.timeout.ms", _T.INT, 30_000, "controller-to-broker request timeout"
+        ),
         ConfigDef("controlled.shutdown.enable", _T.BOOLEAN, True, "controlled shutdown"),
         ConfigDef("controlled.shutdown.max.retries", _T.INT, 3, "controlled shutdown retries"),
         ConfigDef("controlled.shutdown.retry.backoff.ms", _T.LONG, 5000, "retry backoff"),

@@ -2,15 +2,19 @@
 
 Start-up order: connect to ZooKeeper and create the persistent paths; read or create the
 cluster id; take ``broker.id`` (or generate one from ``/brokers/seqid``); load and recover
-the logs; register the ephemeral ``/brokers/ids/<id>`` (a duplicate id refuses to start);
-run the controller election and bring this broker's partitions online; delete stray logs of
-topics that were deleted while the broker was down; then open the listeners and start the
-periodic tasks (retention, flush, checkpoints, producer expiry).
+the logs; delete stray logs (partitions whose topic was deleted, or that were moved away,
+while the broker was down); open the listeners; register the ephemeral
+``/brokers/ids/<id>`` (a duplicate id refuses to start), which tells the controller to send
+this broker its partitions (LeaderAndIsr) and the cluster metadata (UpdateMetadata); run the
+controller election; start the periodic tasks (retention, flush, checkpoints, ISR checks).
 
-Shutdown (SIGTERM or SIGINT): stop accepting and close connections, stop the periodic tasks,
-write the high-watermark checkpoints, flush and close every segment and write the recovery
-point and log start offset checkpoints with the clean-shutdown marker, then close the
-ZooKeeper session (which removes the broker's ephemeral znodes).
+Shutdown (SIGTERM or SIGINT): first a *controlled shutdown* (``controlled.shutdown.enable``):
+ask the controller (ControlledShutdown) to move leadership away and stop this broker's
+followers, retrying ``controlled.shutdown.max.retries`` times; then stop accepting and close
+connections, stop the fetchers and periodic tasks, write the high-watermark checkpoints,
+flush and close every segment and write the recovery point and log start offset checkpoints
+with the clean-shutdown marker, then close the ZooKeeper session (which removes the
+broker's ephemeral znodes).
 
 Concurrency: everything runs on one asyncio event loop; blocking ZooKeeper calls go through
 the kazoo bridge, fsyncs of periodic flushes through ``asyncio.to_thread``.
@@ -22,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from broker.api.context import BrokerServices
 from broker.api.dispatcher import Dispatcher
@@ -33,10 +38,16 @@ from broker.controller.zk_client import ZkClient
 from broker.coordinator.producer_ids import ProducerIdManager
 from broker.log.log_manager import LogManager
 from broker.metadata.cache import MetadataCache
+from broker.network.client import BrokerConnection
 from broker.network.server import KafkaServer
+from broker.protocol import interbroker as _interbroker
+from broker.protocol.errors import KafkaError
 from broker.replication.replica_manager import ReplicaManager
+from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)
+# kio-style message classes take kio's NewTypes (i32, BrokerId, ...); built from plain ints
+ib: Any = _interbroker
 
 
 class Broker:
@@ -86,24 +97,17 @@ class Broker:
             cluster_id=cluster_id,
         )
         await asyncio.to_thread(self.log_manager.startup, topic_config)
+        await self._delete_stray_logs()
         self.replica_manager = ReplicaManager(
-            cfg, self.log_manager, clock=self.clock, broker_id=self.broker_id
+            cfg,
+            self.log_manager,
+            clock=self.clock,
+            broker_id=self.broker_id,
+            alter_isr=self._alter_isr,
         )
         metadata = MetadataCache(cluster_id)
-        await zk.register_broker(
-            znodes.BrokerIdZNode.create(
-                self.broker_id,
-                [str(x) for x in cfg.advertised_listeners],
-                security_protocols={x.name: "PLAINTEXT" for x in cfg.advertised_listeners},
-                rack=cfg["broker.rack"],
-            ),
-            # a hard-killed previous instance's ephemeral znode lives until its session
-            # expires; wait that long before refusing a duplicate id
-            wait_s=cfg["zookeeper.session.timeout.ms"] / 1000.0 + 2.0,
-        )
         self.controller = Controller(zk, metadata, self.replica_manager, cfg, self.broker_id)
-        await self.controller.startup()
-        self._delete_stray_logs(metadata)
+        await self.controller.load_topic_configs()
         producer_ids = ProducerIdManager(lambda: zk.allocate_producer_id_block(self.broker_id))
         services = BrokerServices(
             broker_id=self.broker_id,
@@ -114,7 +118,8 @@ class Broker:
             controller=self.controller,
             producer_ids=producer_ids,
         )
-        dispatcher = Dispatcher(services)
+        dispatcher = Dispatcher(services, cfg.listeners[0].name)
+        self.controller.set_local_handler(dispatcher.handle_local)
         for listener in cfg.listeners:
             server = KafkaServer(
                 listener.host,
@@ -127,14 +132,53 @@ class Broker:
             )
             await server.start()
             self.servers.append(server)
+        self.replica_manager.start()
+        await zk.register_broker(
+            znodes.BrokerIdZNode.create(
+                self.broker_id,
+                [str(x) for x in cfg.advertised_listeners],
+                security_protocols={x.name: "PLAINTEXT" for x in cfg.advertised_listeners},
+                rack=cfg["broker.rack"],
+            ),
+            # a hard-killed previous instance's ephemeral znode lives until its session
+            # expires; wait that long before refusing a duplicate id
+            wait_s=cfg["zookeeper.session.timeout.ms"] / 1000.0 + 2.0,
+        )
+        await self.controller.startup()
         self._start_periodic_tasks()
         log.info("broker %d started (cluster %s)", self.broker_id, cluster_id)
 
-    def _delete_stray_logs(self, metadata: MetadataCache) -> None:
-        assert self.log_manager is not None and self.replica_manager is not None
+    async def _alter_isr(
+        self,
+        tp: TopicPartition,
+        leader: int,
+        leader_epoch: int,
+        isr: tuple[int, ...],
+        zk_version: int,
+        controller_epoch: int,
+    ) -> int | None:
+        """A leader's ISR change: conditional write of the partition state, then an
+        ``/isr_change_notification`` so the controller propagates it."""
+        assert self.zk is not None
+        state = znodes.PartitionState(
+            leader=leader, leader_epoch=leader_epoch, isr=isr, controller_epoch=controller_epoch
+        )
+        version = await self.zk.update_partition_state(tp.topic, tp.partition, state, zk_version)
+        if version is not None:
+            await self.zk.add_isr_change_notification([tp])
+        return version
+
+    async def _delete_stray_logs(self) -> None:
+        """Logs of topics that no longer exist, or of partitions not assigned here."""
+        assert self.log_manager is not None and self.zk is not None
+        assignments: dict[str, dict[int, list[int]] | None] = {}
         for tp in list(self.log_manager.all_logs()):
-            topic = metadata.topic(tp.topic)
-            if topic is None or tp.partition not in topic.partitions:
+            if tp.topic not in assignments:
+                topic = await self.zk.get_topic(tp.topic)
+                deleting = tp.topic in await self.zk.get_topics_marked_for_deletion()
+                assignments[tp.topic] = None if topic is None or deleting else topic.assignment
+            assignment = assignments[tp.topic]
+            if assignment is None or self.broker_id not in assignment.get(tp.partition, []):
                 log.info("deleting stray log %s", tp)
                 self.log_manager.delete_log(tp)
 
@@ -176,6 +220,11 @@ class Broker:
 
     async def shutdown(self) -> None:
         log.info("broker %d shutting down", self.broker_id)
+        if self.config["controlled.shutdown.enable"] and self.controller is not None:
+            try:
+                await self._controlled_shutdown()
+            except Exception:
+                log.exception("controlled shutdown failed; shutting down anyway")
         for server in self.servers:
             await server.stop()
         for task in self._tasks:
@@ -184,12 +233,94 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self.replica_manager is not None:
+            await self.replica_manager.shutdown()
+        if self.controller is not None:
+            await self.controller.shutdown()
+        if self.replica_manager is not None:
             self.replica_manager.checkpoint_high_watermarks()
         if self.log_manager is not None:
             self.log_manager.shutdown()
         if self.zk is not None:
             await self.zk.close()
         log.info("broker %d stopped", self.broker_id)
+
+    async def _controlled_shutdown(self) -> None:
+        """Ask the controller to move leadership away before stopping (Kafka's
+        ``controlledShutdown``): retried ``controlled.shutdown.max.retries`` times while the
+        controller cannot be reached or partitions remain led here."""
+        assert self.zk is not None and self.controller is not None
+        cfg = self.config
+        zk = self.zk
+        backoff = cfg["controlled.shutdown.retry.backoff.ms"] / 1000.0
+        attempts = cfg["controlled.shutdown.max.retries"] + 1
+        if len(await zk.get_broker_ids()) <= 1:
+            return  # nobody to hand leadership to
+        broker_epoch = await zk.get_broker_epoch(self.broker_id)
+        for attempt in range(1, attempts + 1):
+            remaining: list[object] | None = None
+            controller_id = await zk.get_controller()
+            try:
+                if controller_id == self.broker_id:
+                    remaining = list(
+                        await self.controller.controlled_shutdown(
+                            self.broker_id, broker_epoch if broker_epoch is not None else -1
+                        )
+                    )
+                elif controller_id is not None:
+                    node = await zk.get_broker(controller_id)
+                    if node is not None and node.parsed_endpoints:
+                        ep = node.parsed_endpoints[0]
+                        conn = BrokerConnection(
+                            ep.host,
+                            ep.port,
+                            client_id=f"broker-{self.broker_id}",
+                            request_timeout_s=cfg["controller.socket.timeout.ms"] / 1000.0,
+                        )
+                        try:
+                            await conn.connect()
+                            response = await conn.request(
+                                7,
+                                3,
+                                ib.ControlledShutdownRequest(
+                                    broker_id=self.broker_id,
+                                    broker_epoch=broker_epoch if broker_epoch is not None else -1,
+                                ),
+                            )
+                        finally:
+                            await conn.close()
+                        if int(response.error_code) == 0:
+                            remaining = list(response.remaining_partitions)
+                        else:
+                            log.warning(
+                                "controlled shutdown refused: error %d", int(response.error_code)
+                            )
+            except (KafkaError, ConnectionError, TimeoutError, OSError) as exc:
+                log.warning("controlled shutdown attempt %d failed: %s", attempt, exc)
+            if remaining is not None and not remaining:
+                log.info("controlled shutdown of broker %d succeeded", self.broker_id)
+                await self._await_leadership_moved()
+                return
+            if remaining:
+                log.warning(
+                    "controlled shutdown attempt %d: %d partitions still led here",
+                    attempt,
+                    len(remaining),
+                )
+            if attempt < attempts:
+                await asyncio.sleep(backoff)
+        log.warning("controlled shutdown did not complete; proceeding with an unclean shutdown")
+
+    async def _await_leadership_moved(self, timeout_s: float = 5.0) -> None:
+        """Until the controller's StopReplica has reached this broker (no replicated
+        partition is led or followed here any more)."""
+        assert self.replica_manager is not None
+        rm = self.replica_manager
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            if not any(len(p.replicas) > 1 for p in rm.partitions.values()):
+                return
+            await asyncio.sleep(0.01)
 
     async def run_until(self, stop: asyncio.Event) -> None:
         try:

@@ -23,12 +23,15 @@ from broker.api import (
     api_versions,
     configs,
     describe_cluster,
+    elect_leaders,
     fetch,
     find_coordinator,
+    inter_broker,
     list_offsets,
     metadata,
     produce,
     producer_id,
+    reassignments,
     records_admin,
     topics,
 )
@@ -39,6 +42,7 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import (
     API_VERSIONS_KEY,
     InvalidRequestError,
+    RequestHeader,
     parse_request_header,
     response_header,
     skip_tagged_fields,
@@ -53,6 +57,10 @@ HANDLERS: dict[int, Handler] = {
     1: fetch.handle,
     2: list_offsets.handle,
     3: metadata.handle,
+    4: inter_broker.handle_leader_and_isr,
+    5: inter_broker.handle_stop_replica,
+    6: inter_broker.handle_update_metadata,
+    7: inter_broker.handle_controlled_shutdown,
     10: find_coordinator.handle,
     18: api_versions.handle,
     19: topics.handle_create_topics,
@@ -63,7 +71,10 @@ HANDLERS: dict[int, Handler] = {
     32: configs.handle_describe_configs,
     33: configs.handle_alter_configs,
     37: topics.handle_create_partitions,
+    43: elect_leaders.handle,
     44: configs.handle_incremental_alter_configs,
+    45: reassignments.handle_alter_partition_reassignments,
+    46: reassignments.handle_list_partition_reassignments,
     60: describe_cluster.handle,
 }
 assert set(HANDLERS) == set(registry.SUPPORTED_APIS), "registry and handlers disagree"
@@ -72,8 +83,14 @@ assert set(HANDLERS) == set(registry.SUPPORTED_APIS), "registry and handlers dis
 class Dispatcher:
     """The connection handler the network server calls for every request frame."""
 
-    def __init__(self, services: BrokerServices) -> None:
+    def __init__(self, services: BrokerServices, local_listener: str = "PLAINTEXT") -> None:
         self.services = services
+        self._local = ConnectionInfo(peer="local", listener=local_listener, connection_id=-1)
+
+    async def handle_local(self, api_key: int, version: int, request: Any) -> Any:
+        """Run a request from this broker's own controller without a socket."""
+        header = RequestHeader(api_key, version, 0, "controller")
+        return await HANDLERS[api_key](RequestContext(header, self._local, self.services), request)
 
     async def __call__(self, conn: ConnectionInfo, frame: bytes) -> Response | None:
         try:

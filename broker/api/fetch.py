@@ -62,6 +62,7 @@ async def handle(ctx: RequestContext, request: Any) -> Response:
         min_bytes=int(request.min_bytes),
         max_bytes=max_bytes,
         committed_only=int(request.replica_id) < 0,
+        replica_id=int(request.replica_id),
     )
     return encode_response(version, results)
 

@@ -47,11 +47,24 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             for name in missing:
                 try:
                     validate_topic_name(name)
-                    await services.controller.create_topic(
-                        name,
-                        num_partitions=services.config["num.partitions"],
-                        replication_factor=services.config["default.replication.factor"],
-                    )
+                    if services.controller.is_active:
+                        await services.controller.create_topic(
+                            name,
+                            num_partitions=services.config["num.partitions"],
+                            replication_factor=min(
+                                services.config["default.replication.factor"],
+                                max(len(cache.brokers()), 1),
+                            ),
+                        )
+                    else:
+                        # as ZooKeeper-mode Kafka: write the znodes; the controller brings
+                        # the partitions online and the client retries meanwhile
+                        await services.controller.auto_create_topic(
+                            name,
+                            services.config["num.partitions"],
+                            services.config["default.replication.factor"],
+                        )
+                        errors[name] = ErrorCode.leader_not_available
                 except KafkaError as exc:
                     if exc.code != ErrorCode.topic_already_exists:
                         errors[name] = exc.code

@@ -17,6 +17,8 @@ SUBCOMMAND_MODULES = (
     "broker.cli.broker_cmd",
     "broker.cli.cluster",
     "broker.cli.topics",
+    "broker.cli.reassign",
+    "broker.cli.elect_leaders",
     "broker.cli.console",
     "broker.cli.dump_log",
 )

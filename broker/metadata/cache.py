@@ -64,6 +64,18 @@ class MetadataCache:
     def put_topic(self, topic: TopicInfo) -> None:
         self._topics[topic.name] = topic
 
+    def update_partitions(
+        self, name: str, topic_id: uuid.UUID | None, partitions: list[PartitionInfo]
+    ) -> None:
+        """Merge changed partition states into a topic (creating it if new)."""
+        current = self._topics.get(name)
+        merged = dict(current.partitions) if current is not None else {}
+        for p in partitions:
+            merged[p.partition] = p
+        if topic_id is None:
+            topic_id = current.topic_id if current is not None else uuid.UUID(int=0)
+        self._topics[name] = TopicInfo(name, topic_id, merged, name.startswith("__"))
+
     def remove_topic(self, name: str) -> None:
         self._topics.pop(name, None)
 

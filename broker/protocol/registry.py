@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from broker.protocol import interbroker
 from broker.protocol.framing import API_VERSIONS_KEY
 
 T = TypeVar("T")
@@ -34,6 +35,10 @@ SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
     1: ("Fetch", 4, 12),
     2: ("ListOffsets", 1, 7),
     3: ("Metadata", 0, 12),
+    4: ("LeaderAndIsr", 5, 5),
+    5: ("StopReplica", 3, 3),
+    6: ("UpdateMetadata", 7, 7),
+    7: ("ControlledShutdown", 3, 3),
     10: ("FindCoordinator", 0, 4),
     18: ("ApiVersions", 0, 3),
     19: ("CreateTopics", 2, 7),
@@ -44,7 +49,10 @@ SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
     37: ("CreatePartitions", 0, 3),
+    43: ("ElectLeaders", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
+    45: ("AlterPartitionReassignments", 0, 1),
+    46: ("ListPartitionReassignments", 0, 0),
     60: ("DescribeCluster", 0, 1),
 }
 
@@ -56,11 +64,20 @@ def is_supported(api_key: int, version: int) -> bool:
 
 @cache
 def request_class(api_key: int, version: int) -> type[Any]:
+    """The request class; the ZooKeeper-mode inter-broker APIs kio lacks come from
+    :mod:`broker.protocol.interbroker`."""
+    local = interbroker.REQUESTS.get((api_key, version))
+    if local is not None:
+        return local
     return load_request_schema(api_key, version)
 
 
 @cache
 def response_class(api_key: int, version: int) -> type[Any]:
+    """The response class; see :func:`request_class`."""
+    local = interbroker.RESPONSES.get((api_key, version))
+    if local is not None:
+        return local
     return load_response_schema(api_key, version)
 
 

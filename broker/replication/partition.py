@@ -1,10 +1,24 @@
 """One topic-partition on this broker: its log, its role, its ISR and high watermark.
 
-The leader tracks the log end offset (LEO) of every replica; the high watermark is the
-smallest LEO among the in-sync replicas (the leader's own included), and consumers never
-read past it. With a single in-sync replica (this broker alone) the high watermark follows
-the log end offset on every append. Follower fetching and ISR changes are added by the
-cluster issue on top of ``update_follower_leo``.
+Theory of operation (checklist section 12; Kafka's ``Partition``)
+-----------------------------------------------------------------
+The controller makes this broker the *leader* or a *follower* of the partition with a
+LeaderAndIsr request carrying the leader, the leader epoch, the assigned replicas, the ISR
+and the version of the partition-state znode.
+
+As leader, the partition tracks every follower's log end offset (LEO) from the fetch offsets
+of its replica fetches, and when each follower last caught up with the leader's LEO. The high
+watermark (HW) is the smallest LEO among the in-sync replicas (the leader's own included);
+it never moves backwards and consumers never read past it. A follower whose LEO reached the
+HW (and the start of the current leader epoch) is added back to the ISR; one that has not
+caught up with the leader's LEO for ``replica.lag.time.max.ms`` is removed. ISR changes are
+*proposed* (``pending_isr``) and written by the replica manager to the partition-state znode
+with a conditional update on ``zk_version``; the ISR used for the HW is only the committed
+one, and only one change is in flight at a time, as with Kafka's AlterPartition.
+
+As follower, the partition only appends what the follower fetcher brings from the leader
+(batches with offsets and leader epochs already assigned) and keeps HW = min(own LEO, the
+leader's HW from the fetch response).
 
 ``min.insync.replicas`` is enforced for acks=all: when the ISR is smaller, the append is
 refused with NOT_ENOUGH_REPLICAS before anything is written.
@@ -20,6 +34,8 @@ from broker.log.log import AppendResult, FetchSlice, Log
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import BatchHeader
 from broker.types import TopicPartition
+
+NO_LEADER = -1
 
 
 class NotLeaderError(KafkaError):
@@ -47,6 +63,16 @@ class ReadResult:
     log_end_offset: int
 
 
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows about one follower (Kafka's ``Replica`` state)."""
+
+    leo: int = -1
+    last_caught_up_ms: int = 0
+    last_fetch_leader_leo: int = -1
+    last_fetch_ms: int = 0
+
+
 class Partition:
     """A partition replica hosted by this broker."""
 
@@ -61,6 +87,8 @@ class Partition:
         replicas: tuple[int, ...],
         isr: tuple[int, ...],
         high_watermark: int = 0,
+        zk_version: int = 0,
+        now_ms: int = 0,
     ) -> None:
         self.tp = tp
         self.log = log
@@ -69,15 +97,24 @@ class Partition:
         self.leader_epoch = leader_epoch
         self.replicas = replicas
         self.isr = isr
-        self.replica_leos: dict[int, int] = {}
+        self.zk_version = zk_version
+        self.pending_isr: tuple[int, ...] | None = None
+        self.followers: dict[int, FollowerState] = {}
         self.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
         log.high_watermark = self.high_watermark
         if self.is_leader:
+            self._reset_followers(now_ms)
             self.maybe_increment_high_watermark()
+
+    # --- role -----------------------------------------------------------------------------
 
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.broker_id
+
+    @property
+    def replica_leos(self) -> dict[int, int]:
+        return {r: f.leo for r, f in self.followers.items()}
 
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Validate a client's ``current_leader_epoch`` (-1 means "not given")."""
@@ -88,16 +125,52 @@ class Partition:
         if current_leader_epoch > self.leader_epoch:
             raise UnknownLeaderEpochError(f"leader epoch {current_leader_epoch} is unknown")
 
+    def _reset_followers(self, now_ms: int) -> None:
+        # A new leader does not know its followers' LEOs; it counts every follower as caught
+        # up "now" so the lag clock starts fresh (Kafka resets lastCaughtUpTime likewise).
+        self.followers = {
+            r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
+            for r in self.replicas
+            if r != self.broker_id
+        }
+
     def make_leader(
-        self, leader_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]
+        self,
+        leader_epoch: int,
+        replicas: tuple[int, ...],
+        isr: tuple[int, ...],
+        *,
+        zk_version: int = 0,
+        now_ms: int = 0,
     ) -> None:
         self.leader_id = self.broker_id
         self.leader_epoch = leader_epoch
         self.replicas = replicas
         self.isr = isr
-        self.replica_leos = {}
+        self.zk_version = zk_version
+        self.pending_isr = None
+        self._reset_followers(now_ms)
         self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset)
         self.maybe_increment_high_watermark()
+
+    def make_follower(
+        self,
+        leader_id: int,
+        leader_epoch: int,
+        replicas: tuple[int, ...],
+        isr: tuple[int, ...],
+        *,
+        zk_version: int = 0,
+    ) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replicas = replicas
+        self.isr = isr
+        self.zk_version = zk_version
+        self.pending_isr = None
+        self.followers = {}
+
+    # --- leader: appends and the high watermark ----------------------------------------------
 
     def append_as_leader(
         self, buf: bytearray, batches: list[BatchHeader], required_acks: int
@@ -114,22 +187,99 @@ class Partition:
         self.maybe_increment_high_watermark()
         return result
 
-    def update_follower_leo(self, follower_id: int, leo: int) -> bool:
-        self.replica_leos[follower_id] = leo
+    def update_follower_leo(self, follower_id: int, leo: int, now_ms: int = 0) -> bool:
+        """Record a follower's fetch at ``leo`` (its log end offset); True if the HW moved."""
+        state = self.followers.get(follower_id)
+        if state is None:
+            state = self.followers[follower_id] = FollowerState()
+        leader_leo = self.log.log_end_offset
+        if leo >= leader_leo:
+            state.last_caught_up_ms = now_ms
+        elif leo >= state.last_fetch_leader_leo >= 0:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.leo = leo
+        state.last_fetch_leader_leo = leader_leo
+        state.last_fetch_ms = now_ms
         return self.maybe_increment_high_watermark()
 
     def maybe_increment_high_watermark(self) -> bool:
         """HW = min LEO over the ISR; it never goes backwards. True if it moved."""
-        leos = [self.log.log_end_offset]
+        new_hw = self.log.log_end_offset
         for replica in self.isr:
             if replica != self.broker_id:
-                leos.append(self.replica_leos.get(replica, self.high_watermark))
-        new_hw = min(leos)
+                state = self.followers.get(replica)
+                leo = state.leo if state is not None and state.leo >= 0 else self.high_watermark
+                new_hw = min(new_hw, leo)
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
             self.log.high_watermark = new_hw
             return True
         return False
+
+    def offset_is_acked(self, offset: int) -> bool:
+        """True once every record before ``offset`` is below the high watermark."""
+        return self.high_watermark >= offset
+
+    # --- leader: ISR changes -----------------------------------------------------------------
+
+    def _current_epoch_start(self) -> int:
+        entry = self.log.leader_epoch_cache.latest_entry
+        return entry[1] if entry is not None else 0
+
+    def isr_to_expand(self) -> tuple[int, ...] | None:
+        """The ISR with every caught-up follower added, if any is missing (else None)."""
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        epoch_start = self._current_epoch_start()
+        add = [
+            r
+            for r in self.replicas
+            if r not in self.isr
+            and (state := self.followers.get(r)) is not None
+            and state.leo >= self.high_watermark
+            and state.leo >= epoch_start
+        ]
+        if not add:
+            return None
+        return self.isr + tuple(add)
+
+    def isr_to_shrink(self, now_ms: int, max_lag_ms: int) -> tuple[int, ...] | None:
+        """The ISR without the followers that have not caught up for ``max_lag_ms``."""
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        keep = tuple(
+            r
+            for r in self.isr
+            if r == self.broker_id
+            or (
+                (state := self.followers.get(r)) is not None
+                and now_ms - state.last_caught_up_ms <= max_lag_ms
+            )
+        )
+        return keep if len(keep) < len(self.isr) else None
+
+    def commit_isr(self, isr: tuple[int, ...], zk_version: int) -> None:
+        """A proposed ISR was written to ZooKeeper at ``zk_version``."""
+        self.isr = isr
+        self.zk_version = zk_version
+        self.pending_isr = None
+        self.maybe_increment_high_watermark()
+
+    # --- follower ----------------------------------------------------------------------------
+
+    def update_follower_high_watermark(self, leader_hw: int) -> None:
+        new_hw = min(self.log.log_end_offset, leader_hw)
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            self.log.high_watermark = new_hw
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        if self.high_watermark > self.log.log_end_offset:
+            self.high_watermark = self.log.log_end_offset
+            self.log.high_watermark = self.high_watermark
+
+    # --- reads ---------------------------------------------------------------------------
 
     def read(
         self, offset: int, max_bytes: int, *, committed_only: bool, min_one_batch: bool
@@ -143,7 +293,3 @@ class Partition:
             self.log.log_start_offset,
             self.log.log_end_offset,
         )
-
-    def offset_is_acked(self, offset: int) -> bool:
-        """True once every record before ``offset`` is below the high watermark."""
-        return self.high_watermark >= offset

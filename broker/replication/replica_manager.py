@@ -9,14 +9,26 @@ batches, up to the partition and response byte limits, never past the high water
 consumers); if fewer than ``min_bytes`` are available the fetch waits in the purgatory for
 an append to one of its partitions or ``max_wait_ms``.
 
+Replication: the controller's LeaderAndIsr requests make this broker leader or follower of
+partitions (:meth:`ReplicaManager.become_leader_or_follower`, ignoring requests from an
+older controller epoch and partition states that are not newer than the current leader
+epoch); followers are replicated by the fetchers of ``replication/fetcher.py``. A replica
+fetch (``replica_id`` >= 0) reads up to the log end and records the follower's position,
+which moves the high watermark and may add the follower back to the ISR; a periodic check
+removes followers that have not caught up for ``replica.lag.time.max.ms``. ISR changes are
+written by one task, in order, through the ``alter_isr`` callback (a conditional update of
+the partition-state znode plus an ISR-change notification for the controller).
+
 Concurrency: event loop thread only. Appends are synchronous (a ``write`` to the page
 cache), so requests on a connection take effect in arrival order.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +40,8 @@ from broker.log.log import FetchSlice
 from broker.log.log_manager import LogManager
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode, KafkaError, error_code_for
-from broker.replication.partition import Partition, ReadResult
+from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
+from broker.replication.partition import NotLeaderError, Partition, ReadResult
 from broker.replication.purgatory import Purgatory
 from broker.types import TopicPartition
 
@@ -76,6 +89,24 @@ class UnknownTopicOrPartitionError(KafkaError):
     code = ErrorCode.unknown_topic_or_partition
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionStateSpec:
+    """One partition of a LeaderAndIsr request."""
+
+    tp: TopicPartition
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    zk_version: int = 0
+    is_new: bool = False
+
+
+AlterIsr = Callable[[TopicPartition, int, int, tuple[int, ...], int, int], Awaitable[int | None]]
+"""(tp, leader, leader_epoch, isr, zk_version, controller_epoch) -> new znode version, or None
+when the znode changed under us (the controller's next LeaderAndIsr tells what happened)."""
+
+
 class ReplicaManager:
     """Hosts this broker's partitions."""
 
@@ -86,6 +117,7 @@ class ReplicaManager:
         *,
         clock: Clock,
         broker_id: int,
+        alter_isr: AlterIsr | None = None,
     ) -> None:
         self.config = config
         self.log_manager = log_manager
@@ -93,6 +125,24 @@ class ReplicaManager:
         self.broker_id = broker_id
         self.partitions: dict[TopicPartition, Partition] = {}
         self.purgatory = Purgatory()
+        self.controller_epoch = 0
+        self._alter_isr = alter_isr
+        self._isr_queue: asyncio.Queue[tuple[TopicPartition, int, tuple[int, ...]]] = (
+            asyncio.Queue()
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+        self.fetchers = ReplicaFetcherManager(
+            self,
+            FetcherConfig(
+                broker_id=broker_id,
+                max_wait_ms=config["replica.fetch.wait.max.ms"],
+                min_bytes=config["replica.fetch.min.bytes"],
+                max_bytes=config["replica.fetch.response.max.bytes"],
+                partition_max_bytes=config["replica.fetch.max.bytes"],
+                backoff_ms=config["replica.fetch.backoff.ms"],
+                request_timeout_ms=config["replica.socket.timeout.ms"],
+            ),
+        )
         self._hw_checkpoints: dict[TopicPartition, int] = {}
         for log_dir in log_manager.log_dirs:
             path = Path(log_dir) / HW_CHECKPOINT
@@ -102,47 +152,252 @@ class ReplicaManager:
                 except (OSError, ValueError) as exc:
                     log.warning("ignoring unreadable %s: %s", path, exc)
 
-    # --- roles ----------------------------------------------------------------------------
+    # --- lifecycle ----------------------------------------------------------------------
 
-    def become_leader(
+    def start(self) -> None:
+        """Start the ISR writer and the ISR shrink check (call on the event loop)."""
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._isr_writer(), name="isr-writer"),
+            loop.create_task(self._isr_shrinker(), name="isr-shrinker"),
+        ]
+
+    async def shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        await self.fetchers.shutdown()
+
+    # --- roles (LeaderAndIsr / StopReplica) --------------------------------------------------
+
+    def check_controller_epoch(self, controller_epoch: int) -> bool:
+        """False for a request from an older controller (to be ignored)."""
+        if controller_epoch < self.controller_epoch:
+            return False
+        self.controller_epoch = controller_epoch
+        return True
+
+    def become_leader_or_follower(
         self,
-        tp: TopicPartition,
-        *,
-        leader_epoch: int,
-        replicas: tuple[int, ...],
-        isr: tuple[int, ...],
-        log_config: LogConfig,
-    ) -> Partition:
-        partition = self.partitions.get(tp)
-        if partition is None:
-            plog = self.log_manager.get_or_create_log(tp, log_config)
-            partition = Partition(
-                tp,
-                plog,
-                broker_id=self.broker_id,
-                leader_id=self.broker_id,
-                leader_epoch=leader_epoch,
-                replicas=replicas,
-                isr=isr,
-                high_watermark=self._hw_checkpoints.get(tp, 0),
+        controller_epoch: int,
+        specs: Iterable[PartitionStateSpec],
+        leaders: dict[int, tuple[str, int]],
+        log_config_for: Callable[[str], LogConfig],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Apply a LeaderAndIsr request; per-partition error codes."""
+        results: dict[TopicPartition, ErrorCode] = {}
+        specs = list(specs)
+        if not self.check_controller_epoch(controller_epoch):
+            log.warning(
+                "ignoring LeaderAndIsr from controller epoch %d (current %d)",
+                controller_epoch,
+                self.controller_epoch,
             )
-            plog.leader_epoch_cache.assign(leader_epoch, plog.log_end_offset)
-            self.partitions[tp] = partition
-        else:
-            partition.log.update_config(log_config)
-            partition.make_leader(leader_epoch, replicas, isr)
-        self.purgatory.notify(tp)
-        return partition
+            return {s.tp: ErrorCode.stale_controller_epoch for s in specs}
+        now = self.clock.time_ms()
+        for spec in specs:
+            tp = spec.tp
+            if self.broker_id not in spec.replicas:
+                results[tp] = ErrorCode.unknown_topic_or_partition
+                continue
+            partition = self.partitions.get(tp)
+            if partition is not None and (
+                spec.leader_epoch < partition.leader_epoch
+                or (
+                    spec.leader_epoch == partition.leader_epoch
+                    and spec.leader == partition.leader_id
+                    and spec.replicas == partition.replicas
+                )
+            ):
+                # not newer than what this replica has: ignore (Kafka answers the same)
+                results[tp] = ErrorCode.stale_controller_epoch
+                continue
+            try:
+                if partition is None:
+                    plog = self.log_manager.get_or_create_log(tp, log_config_for(tp.topic))
+                    partition = Partition(
+                        tp,
+                        plog,
+                        broker_id=self.broker_id,
+                        leader_id=-1,
+                        leader_epoch=spec.leader_epoch,
+                        replicas=spec.replicas,
+                        isr=spec.isr,
+                        high_watermark=self._hw_checkpoints.get(tp, 0),
+                        zk_version=spec.zk_version,
+                        now_ms=now,
+                    )
+                    self.partitions[tp] = partition
+                else:
+                    partition.log.update_config(log_config_for(tp.topic))
+                self.fetchers.remove_partition(tp)
+                if spec.leader == self.broker_id:
+                    partition.make_leader(
+                        spec.leader_epoch,
+                        spec.replicas,
+                        spec.isr,
+                        zk_version=spec.zk_version,
+                        now_ms=now,
+                    )
+                    log.info(
+                        "%s: leader at epoch %d, ISR %s", tp, spec.leader_epoch, list(spec.isr)
+                    )
+                else:
+                    partition.make_follower(
+                        spec.leader,
+                        spec.leader_epoch,
+                        spec.replicas,
+                        spec.isr,
+                        zk_version=spec.zk_version,
+                    )
+                    address = leaders.get(spec.leader)
+                    if spec.leader >= 0 and address is not None:
+                        self.fetchers.add_partition(tp, spec.leader, address, spec.leader_epoch)
+                    log.info("%s: follower of %d at epoch %d", tp, spec.leader, spec.leader_epoch)
+                results[tp] = ErrorCode.none
+            except Exception as exc:
+                log.exception("%s: cannot take the role of LeaderAndIsr", tp)
+                results[tp] = error_code_for(exc)
+            self.notify_high_watermark(tp)
+        return results
+
+    def stop_replicas(
+        self, controller_epoch: int, partitions: Iterable[tuple[TopicPartition, bool]]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Apply a StopReplica request: stop following/leading, delete the log if asked."""
+        partitions = list(partitions)
+        if not self.check_controller_epoch(controller_epoch):
+            return {tp: ErrorCode.stale_controller_epoch for tp, _ in partitions}
+        results = {}
+        for tp, delete in partitions:
+            self.fetchers.remove_partition(tp)
+            try:
+                self.stop_replica(tp, delete=delete)
+                results[tp] = ErrorCode.none
+            except Exception as exc:
+                log.exception("%s: stop replica failed", tp)
+                results[tp] = error_code_for(exc)
+        return results
 
     def stop_replica(self, tp: TopicPartition, *, delete: bool) -> None:
+        self.fetchers.remove_partition(tp)
         partition = self.partitions.pop(tp, None)
-        self._hw_checkpoints.pop(tp, None)
         if delete:
+            self._hw_checkpoints.pop(tp, None)
             if self.log_manager.get_log(tp) is not None:
                 self.log_manager.delete_log(tp)
         elif partition is not None:
+            self._hw_checkpoints[tp] = partition.high_watermark
             partition.log.flush()
         self.purgatory.notify(tp)
+        self.purgatory.notify(("hw", tp))
+
+    def leaders_and_followers(self) -> tuple[list[TopicPartition], list[TopicPartition]]:
+        leaders = [tp for tp, p in self.partitions.items() if p.is_leader]
+        followers = [tp for tp, p in self.partitions.items() if not p.is_leader]
+        return leaders, followers
+
+    # --- the follower side (FollowerSink for the fetchers) -------------------------------------
+
+    def follower_fetch_position(self, tp: TopicPartition) -> tuple[int, int, int] | None:
+        partition = self.partitions.get(tp)
+        if partition is None or partition.is_leader:
+            return None
+        plog = partition.log
+        return plog.log_end_offset, plog.log_start_offset, plog.leader_epoch_cache.latest_epoch
+
+    def follower_end_offset_for(self, tp: TopicPartition, epoch: int) -> tuple[int, int]:
+        partition = self.partitions[tp]
+        return partition.log.leader_epoch_cache.end_offset_for(epoch)
+
+    def truncate_follower(self, tp: TopicPartition, offset: int, *, fully: bool = False) -> None:
+        partition = self.partitions.get(tp)
+        if partition is None or partition.is_leader:
+            return
+        if fully:
+            partition.log.truncate_fully_and_start_at(offset)
+            partition.high_watermark = offset
+            partition.log.high_watermark = offset
+        elif offset < partition.log.log_end_offset:
+            log.info("%s: follower truncating to %d", tp, offset)
+            partition.truncate_to(offset)
+
+    def append_as_follower(
+        self, tp: TopicPartition, records_bytes: bytes, leader_hw: int, leader_log_start: int
+    ) -> None:
+        partition = self.partitions.get(tp)
+        if partition is None or partition.is_leader:
+            return
+        if records_bytes:
+            headers = list(records.iter_batches(records_bytes, allow_partial_tail=True))
+            if headers:
+                end = headers[-1].position + headers[-1].size
+                partition.log.append_as_follower(memoryview(records_bytes)[:end], headers)
+        if leader_log_start > partition.log.log_start_offset:
+            partition.log.advance_log_start_offset(
+                min(leader_log_start, partition.log.log_end_offset)
+            )
+        partition.update_follower_high_watermark(leader_hw)
+
+    # --- ISR maintenance (leader side) ---------------------------------------------------------
+
+    def _propose_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
+        if self._alter_isr is None:
+            partition.commit_isr(isr, partition.zk_version)
+            self.notify_high_watermark(partition.tp)
+            return
+        partition.pending_isr = isr
+        self._isr_queue.put_nowait((partition.tp, partition.leader_epoch, isr))
+
+    async def _isr_writer(self) -> None:
+        while True:
+            tp, epoch, isr = await self._isr_queue.get()
+            partition = self.partitions.get(tp)
+            if (
+                partition is None
+                or not partition.is_leader
+                or partition.leader_epoch != epoch
+                or partition.pending_isr != isr
+                or self._alter_isr is None
+            ):
+                continue
+            try:
+                version = await self._alter_isr(
+                    tp, self.broker_id, epoch, isr, partition.zk_version, self.controller_epoch
+                )
+            except Exception:
+                log.exception("%s: writing ISR %s failed", tp, list(isr))
+                version = None
+            partition = self.partitions.get(tp)
+            if partition is None or partition.leader_epoch != epoch or not partition.is_leader:
+                continue
+            if version is None:
+                log.info("%s: ISR update to %s was rejected (stale state)", tp, list(isr))
+                partition.pending_isr = None
+                continue
+            log.info("%s: ISR %s -> %s", tp, list(partition.isr), list(isr))
+            partition.commit_isr(isr, version)
+            self.notify_high_watermark(tp)
+
+    def maybe_shrink_isrs(self) -> None:
+        now = self.clock.time_ms()
+        max_lag = self.config["replica.lag.time.max.ms"]
+        for partition in list(self.partitions.values()):
+            shrunk = partition.isr_to_shrink(now, max_lag)
+            if shrunk is not None:
+                self._propose_isr(partition, shrunk)
+
+    async def _isr_shrinker(self) -> None:
+        interval = max(self.config["replica.lag.time.max.ms"] / 2000.0, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.maybe_shrink_isrs()
+            except Exception:
+                log.exception("ISR shrink check failed")
 
     def update_log_config(self, topic: str, log_config: LogConfig) -> None:
         for tp, partition in self.partitions.items():
@@ -154,8 +409,6 @@ class ReplicaManager:
         if partition is None:
             raise UnknownTopicOrPartitionError(f"this broker does not host {tp}")
         if not partition.is_leader:
-            from broker.replication.partition import NotLeaderError
-
             raise NotLeaderError(f"broker {self.broker_id} is not the leader of {tp}")
         return partition
 
@@ -228,6 +481,24 @@ class ReplicaManager:
                 results[tp] = ProduceResult(ErrorCode.not_leader_or_follower)
             elif not p.offset_is_acked(required):
                 results[tp] = ProduceResult(ErrorCode.request_timed_out)
+            elif len(p.isr) < p.log.config.min_insync_replicas:
+                # written and committed, but the ISR shrank below min.insync.replicas while
+                # we waited (Kafka's checkEnoughReplicasReachOffset)
+                results[tp] = ProduceResult(
+                    ErrorCode.not_enough_replicas_after_append,
+                    error_message=f"{tp} has {len(p.isr)} in-sync replicas after the append",
+                )
+
+    def _record_follower_fetch(self, partition: Partition, replica_id: int, offset: int) -> None:
+        """A follower fetching at ``offset`` has everything before it: move the HW, and
+        propose adding the follower back to the ISR once it has caught up."""
+        if replica_id not in partition.replicas:
+            return
+        if partition.update_follower_leo(replica_id, offset, self.clock.time_ms()):
+            self.notify_high_watermark(partition.tp)
+        expanded = partition.isr_to_expand()
+        if expanded is not None:
+            self._propose_isr(partition, expanded)
 
     def notify_high_watermark(self, tp: TopicPartition) -> None:
         self.purgatory.notify(("hw", tp))
@@ -242,6 +513,7 @@ class ReplicaManager:
         max_bytes: int,
         committed_only: bool,
         min_one: bool,
+        replica_id: int = -1,
     ) -> list[FetchResult]:
         remaining = max_bytes
         out: list[FetchResult] = []
@@ -250,6 +522,8 @@ class ReplicaManager:
             try:
                 partition = self.leader_partition(req.tp)
                 partition.check_leader_epoch(req.current_leader_epoch)
+                if replica_id >= 0:
+                    self._record_follower_fetch(partition, replica_id, req.fetch_offset)
                 limit = min(req.max_bytes, remaining)
                 read: ReadResult = partition.read(
                     req.fetch_offset,
@@ -282,13 +556,20 @@ class ReplicaManager:
         min_bytes: int,
         max_bytes: int,
         committed_only: bool = True,
+        replica_id: int = -1,
     ) -> list[FetchResult]:
-        def read() -> list[FetchResult]:
+        committed = committed_only and replica_id < 0
+
+        def read(record_follower: bool = False) -> list[FetchResult]:
             return self._read_all(
-                requests, max_bytes=max_bytes, committed_only=committed_only, min_one=True
+                requests,
+                max_bytes=max_bytes,
+                committed_only=committed,
+                min_one=True,
+                replica_id=replica_id if record_follower else -1,
             )
 
-        results = read()
+        results = read(record_follower=True)
         if (
             max_wait_ms <= 0
             or not requests

@@ -7,14 +7,21 @@ directory) is SIGKILLed by pid, so a failing test never leaks ZooKeeper or a bro
 
 Fixtures:
 
-* ``cluster`` (module-scoped): one single-broker cluster per test module. Broker properties
-  come from the module's ``pytest.mark.cluster_config({...})`` marker (passed as ``--set``).
-* ``cluster_factory`` (function-scoped): ``cluster_factory({"k": "v"}, k_with_dots=...)``
-  starts an extra cluster with its own properties, torn down after the test.
+* ``cluster`` (module-scoped): one cluster per test module, single-broker unless the
+  module's ``pytest.mark.cluster_config({...}, brokers=N)`` marker asks for N brokers.
+  Broker properties come from the marker (passed as ``--set``).
+* ``cluster_factory`` (function-scoped): ``cluster_factory({"k": "v"}, brokers=3,
+  k_with_dots=...)`` starts an extra cluster with its own properties, torn down after the
+  test.
 
 Helpers: ``free_port()``, ``kafka_admin(bootstrap)`` (confluent-kafka AdminClient wrapper
 that creates topics and waits for partition leaders), ``RawConnection`` (hand-built Kafka
-requests on a plain socket, encoded with kio), and the ``Cluster`` object's methods.
+requests on a plain socket, encoded with kio), ``wait_for(predicate, timeout_s, what)``, and
+the ``Cluster`` object's methods. For multi-broker clusters: ``broker_address(id)``,
+``describe(topic)`` ({partition: (leader, replicas, isr)}), ``describe_via(id, topic)`` (one
+broker's own Metadata answer), ``wait_isr_complete``, ``pause_broker``/``resume_broker``
+(SIGSTOP/SIGCONT by pid; ``down()`` resumes before stopping), ``controller_id()`` and
+``zk_get(path)`` (kazoo).
 """
 
 from __future__ import annotations
@@ -45,8 +52,8 @@ READY_TIMEOUT_S = 90
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "cluster_config(props=None, **props): broker properties (--set) for the module's "
-        "cluster fixture; underscores in keyword names become dots",
+        "cluster_config(props=None, brokers=1, **props): broker count and properties (--set) "
+        "for the module's cluster fixture; underscores in keyword names become dots",
     )
 
 
@@ -80,6 +87,53 @@ def free_port() -> int:
             _handed_out.add(port)
             return port
     raise RuntimeError("no free port found")
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_range(count: int) -> int:
+    """The first of ``count`` consecutive free ports on 127.0.0.1 (none handed out before)."""
+    if count <= 1:
+        return free_port()
+    for _ in range(200):
+        first = free_port()
+        rest = range(first + 1, first + count)
+        if first + count <= 65535 and all(p not in _handed_out and port_is_free(p) for p in rest):
+            _handed_out.update(rest)
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports found")
+
+
+# --- waiting -------------------------------------------------------------------------------
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 60.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; return that. Exceptions raised by
+    the predicate count as "not yet" (a broker may be restarting). On timeout raise
+    AssertionError naming ``what`` with the last value or exception seen."""
+    deadline = time.monotonic() + timeout_s
+    last: object = "never evaluated"
+    while True:
+        try:
+            value = predicate()
+        except Exception as exc:  # noqa: BLE001 - keep polling, report at the end
+            value = None
+            last = f"raised {exc!r}"
+        else:
+            if value:
+                return value
+            last = f"returned {value!r}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not reached within {timeout_s:g}s (last: {last})")
+        time.sleep(0.2)
 
 
 # --- processes -----------------------------------------------------------------------------
@@ -343,11 +397,19 @@ class KafkaAdmin:
         partitions: int = 1,
         config: dict[str, str] | None = None,
         timeout_s: float = 60.0,
+        replication_factor: int = 1,
     ) -> None:
         from confluent_kafka.admin import NewTopic
 
         futures = self.client.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+            [
+                NewTopic(
+                    name,
+                    num_partitions=partitions,
+                    replication_factor=replication_factor,
+                    config=config or {},
+                )
+            ],
             operation_timeout=30,
             request_timeout=30,
         )
@@ -484,17 +546,33 @@ def merge_props(props: dict[str, object] | None, kwargs: dict[str, object]) -> d
     return merged
 
 
-class Cluster:
-    """One ``millrace cluster up`` cluster (broker 1) in its own directory."""
+PartitionView = tuple[int, tuple[int, ...], tuple[int, ...]]
+"""One partition as ``describe`` returns it: (leader, replicas, isr); leader -1 when none."""
 
-    def __init__(self, directory: Path, props: dict[str, str]) -> None:
+
+def batch_signature(batches: list[tuple[Path, Any, bool]]) -> list[tuple[int, int, int, int]]:
+    """(base_offset, last_offset, partitionLeaderEpoch, crc) of each batch: two replicas of a
+    partition hold identical logs when these lists are equal (segment boundaries aside)."""
+    return [
+        (h.base_offset, h.last_offset, h.partition_leader_epoch, h.crc) for _seg, h, _ok in batches
+    ]
+
+
+class Cluster:
+    """One ``millrace cluster up`` cluster (brokers 1..N) in its own directory."""
+
+    def __init__(self, directory: Path, props: dict[str, str], brokers: int = 1) -> None:
         self.dir = directory
         self.props = props
+        self.brokers = brokers
         self.json: dict[str, Any] = {}
         self.bootstrap = ""
         self._pids_seen: set[int] = set()
+        self._paused: set[int] = set()
         self._cmd_no = 0
         self._admin: KafkaAdmin | None = None
+
+    wait_for = staticmethod(wait_for)  # the module's wait_for, so tests need no import
 
     # -- commands --
 
@@ -526,6 +604,13 @@ class Cluster:
         self.reload()
         return rc, stdout, stderr
 
+    def cli(self, *args: str, timeout_s: float = CLUSTER_CMD_TIMEOUT_S) -> str:
+        """Run ``millrace ARGS`` (any subcommand) in the cluster directory; assert exit code 0
+        and return stdout."""
+        rc, stdout, stderr = self._cli(*args, timeout_s=timeout_s)
+        self._check(" ".join(args[:2]), rc, stdout, stderr)
+        return stdout
+
     def _check(self, what: str, rc: int, stdout: str, stderr: str) -> None:
         if rc != 0:
             listing = "\n".join(
@@ -555,14 +640,14 @@ class Cluster:
 
     def up(self) -> None:
         zk_port = free_port()
-        base_port = free_port()
+        base_port = free_port_range(self.brokers)
         args = [
             "cluster",
             "up",
             "--dir",
             str(self.dir),
             "--brokers",
-            "1",
+            str(self.brokers),
             "--base-port",
             str(base_port),
             "--zk-port",
@@ -579,12 +664,18 @@ class Cluster:
             f"cluster up's last stdout line {lines[-1:]!r} is not the bootstrap servers "
             f"{self.bootstrap!r}"
         )
-        assert self.bootstrap == f"127.0.0.1:{base_port}", self.bootstrap
+        expected = ",".join(f"127.0.0.1:{base_port + i}" for i in range(self.brokers))
+        assert self.bootstrap == expected, self.bootstrap
+        assert self.broker_ids() == list(range(1, self.brokers + 1)), self.json.get("brokers")
         self.wait_ready()
 
     def down(self) -> None:
         """``cluster down``, then SIGKILL anything of ours still alive. Never raises."""
         errors = []
+        for broker_id in sorted(self._paused):
+            # a stopped process would sit out cluster down's SIGTERM grace period
+            with contextlib.suppress(Exception):
+                self.resume_broker(broker_id)
         try:
             rc, _stdout, stderr = self._cli("cluster", "down", "--dir", str(self.dir))
             if rc != 0:
@@ -619,6 +710,22 @@ class Cluster:
                 return b  # type: ignore[no-any-return]
         raise KeyError(f"broker {broker_id} not in {self.dir}/cluster.json: {self.json}")
 
+    def broker_ids(self) -> list[int]:
+        """Every broker id of cluster.json, running or not."""
+        return sorted(int(b["id"]) for b in self.json.get("brokers", []))
+
+    def running_ids(self) -> list[int]:
+        """Brokers whose cluster.json pid is alive (paused ones included)."""
+        return [
+            b
+            for b in self.broker_ids()
+            if isinstance(self.broker(b).get("pid"), int) and pid_alive(self.broker_pid(b))
+        ]
+
+    def serving_ids(self) -> list[int]:
+        """Running brokers that are not paused."""
+        return [b for b in self.running_ids() if b not in self._paused]
+
     @property
     def host(self) -> str:
         return str(self.broker(1)["host"])
@@ -626,6 +733,11 @@ class Cluster:
     @property
     def port(self) -> int:
         return int(self.broker(1)["port"])
+
+    def broker_address(self, broker_id: int = 1) -> str:
+        """``host:port`` of one broker (usable as a single-broker bootstrap)."""
+        b = self.broker(broker_id)
+        return f"{b['host']}:{b['port']}"
 
     def broker_pid(self, broker_id: int = 1) -> int:
         return int(self.broker(broker_id)["pid"])
@@ -641,6 +753,7 @@ class Cluster:
             f"broker {broker_id} (pid {old_pid}) still alive 60s after "
             f"`cluster stop-broker{' --hard' if hard else ''}`"
         )
+        self._paused.discard(broker_id)
 
     def start_broker(self, broker_id: int = 1) -> None:
         args = ["cluster", "start-broker", "--dir", str(self.dir), "--broker", str(broker_id)]
@@ -651,24 +764,189 @@ class Cluster:
         self.wait_ready()
 
     def ensure_running(self, broker_id: int = 1) -> None:
-        """Restart broker 1 if an earlier (failed) test left it stopped."""
+        """Restart a broker if an earlier (failed) test left it stopped or paused."""
         self.reload()
-        if not pid_alive(self.broker_pid(broker_id)):
+        if broker_id in self._paused:
+            self.resume_broker(broker_id)
+        pid = self.broker(broker_id).get("pid")
+        if not isinstance(pid, int) or not pid_alive(pid):
             self.start_broker(broker_id)
 
+    def ensure_all_running(self) -> None:
+        """Every broker of cluster.json running, unpaused and ready."""
+        for broker_id in self.broker_ids():
+            self.ensure_running(broker_id)
+        self.wait_ready()
+
+    def pause_broker(self, broker_id: int) -> None:
+        """SIGSTOP one broker by pid (its sockets stay open, it answers nothing). Pair with
+        ``resume_broker`` in a ``finally`` or use ``paused()``; ``down()`` resumes too."""
+        pid = self.broker_pid(broker_id)
+        self._paused.add(broker_id)
+        os.kill(pid, signal.SIGSTOP)
+
+    def resume_broker(self, broker_id: int) -> None:
+        """SIGCONT a broker paused by ``pause_broker``."""
+        self._paused.discard(broker_id)
+        pid = self.broker(broker_id).get("pid")
+        if isinstance(pid, int) and pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def paused(self, *broker_ids: int) -> Iterator[None]:
+        """SIGSTOP ``broker_ids`` for the block; always SIGCONT them afterwards."""
+        try:
+            for b in broker_ids:
+                self.pause_broker(b)
+            yield
+        finally:
+            for b in broker_ids:
+                self.resume_broker(b)
+
+    def raw_metadata(
+        self, broker_id: int = 1, topics: list[str] | None = None, timeout_s: float = 10.0
+    ) -> Any:
+        """One Metadata v1 request to ``broker_id`` itself (not whichever broker a client
+        picks); ``topics`` None asks for every topic. Returns the kio MetadataResponse."""
+        from kio.schema.metadata.v1.request import MetadataRequest, MetadataRequestTopic
+        from kio.schema.types import TopicName
+
+        request = MetadataRequest(
+            topics=None
+            if topics is None
+            else tuple(MetadataRequestTopic(name=TopicName(t)) for t in topics)
+        )
+        with self.raw(timeout_s, broker_id=broker_id) as conn:
+            return conn.request(request)
+
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Until the broker answers ApiVersions and Metadata lists it."""
+        """Until every running broker of cluster.json answers ApiVersions and its own Metadata
+        response lists every running broker."""
         deadline = time.monotonic() + timeout_s
+        last = "no broker checked"
         while time.monotonic() < deadline:
-            if api_versions_ok(self.host, self.port):
+            self.reload()
+            running = [b for b in self.running_ids() if b not in self._paused]
+            ok = True
+            for b in running:
+                host, port = self.broker(b)["host"], int(self.broker(b)["port"])
+                if not api_versions_ok(host, port):
+                    ok, last = False, f"broker {b} does not answer ApiVersions"
+                    break
                 try:
-                    md = self.admin().client.list_topics(timeout=5)
-                except Exception:  # noqa: BLE001 - keep polling
-                    md = None
-                if md is not None and 1 in md.brokers:
-                    return
+                    listed = {int(n.node_id) for n in self.raw_metadata(b, [], 5).brokers}
+                except Exception as exc:  # noqa: BLE001 - keep polling
+                    ok, last = False, f"Metadata from broker {b}: {exc!r}"
+                    break
+                if not set(running) <= listed:
+                    ok, last = False, f"broker {b} lists brokers {sorted(listed)}, not {running}"
+                    break
+            if ok and running:
+                return
+            if not running:
+                last = "no broker running"
             time.sleep(0.25)
-        raise AssertionError(f"broker at {self.bootstrap} not ready within {timeout_s}s")
+        raise AssertionError(
+            f"cluster at {self.bootstrap} not ready within {timeout_s}s (last: {last})"
+        )
+
+    # -- cluster state --
+
+    def describe(self, topic: str, via: int | None = None) -> dict[int, PartitionView]:
+        """{partition: (leader, replicas, isr)} of ``topic``: from the confluent-kafka
+        AdminClient's Metadata (``list_topics``), or from broker ``via``'s own Metadata
+        response. While a broker is paused, a serving broker is asked directly (a client could
+        pick the paused one and hang). Raises LookupError if the topic is unknown."""
+        if via is None and self._paused:
+            via = self.serving_ids()[0]
+        if via is not None:
+            return self.describe_via(via, topic)
+        md = self.admin().client.list_topics(topic=topic, timeout=10)
+        t = md.topics.get(topic)
+        if t is None or t.error is not None:
+            raise LookupError(f"topic {topic!r}: {t.error if t is not None else 'not listed'}")
+        return {
+            p: (pm.leader, tuple(pm.replicas), tuple(pm.isrs))
+            for p, pm in sorted(t.partitions.items())
+        }
+
+    def describe_via(self, broker_id: int, topic: str) -> dict[int, PartitionView]:
+        """``describe`` as broker ``broker_id`` answers Metadata itself."""
+        resp = self.raw_metadata(broker_id, [topic])
+        [t] = resp.topics
+        if int(t.error_code) != 0:
+            raise LookupError(f"topic {topic!r} on broker {broker_id}: {t.error_code!r}")
+        return {
+            int(p.partition_index): (
+                int(p.leader_id),
+                tuple(int(r) for r in p.replica_nodes),
+                tuple(int(r) for r in p.isr_nodes),
+            )
+            for p in sorted(t.partitions, key=lambda p: int(p.partition_index))
+        }
+
+    def wait_isr_complete(
+        self,
+        topic: str,
+        timeout_s: float = 60.0,
+        brokers: list[int] | None = None,
+        via: int | None = None,
+    ) -> dict[int, PartitionView]:
+        """Until every partition of ``topic`` has a leader and ISR == replicas (and, if
+        ``brokers`` is given, replicas == that set). Returns the final description."""
+
+        def check() -> dict[int, PartitionView] | None:
+            d = self.describe(topic, via)
+            for leader, replicas, isr in d.values():
+                if leader < 0 or sorted(isr) != sorted(replicas):
+                    return None
+                if brokers is not None and sorted(replicas) != sorted(brokers):
+                    return None
+            return d or None
+
+        return wait_for(check, timeout_s, f"{topic}: every partition led, with ISR == replicas")
+
+    def leader_of(self, topic: str, partition: int = 0) -> int:
+        """The current leader of one partition (waits until there is one)."""
+        return int(
+            wait_for(
+                lambda: (
+                    self.describe(topic)[partition][0] >= 0 and self.describe(topic)[partition][0]
+                ),
+                60,
+                f"a leader for {topic}[{partition}]",
+            )
+        )
+
+    def controller_id(self, via: int | None = None) -> int:
+        """The active controller as broker ``via`` (default: the first serving broker)
+        reports it in Metadata; -1 if none is known."""
+        if via is None:
+            via = self.serving_ids()[0]
+        return int(self.raw_metadata(via, []).controller_id)
+
+    def zk_get(self, path: str) -> bytes | None:
+        """The data of one znode (kazoo, a short session to cluster.json's ZooKeeper)."""
+        from kazoo.client import KazooClient
+        from kazoo.exceptions import NoNodeError
+
+        zk = KazooClient(hosts=str(self.json["zookeeper"]), timeout=10.0)
+        zk.start(timeout=15)
+        try:
+            data, _stat = zk.get(path)
+            return bytes(data) if data is not None else b""
+        except NoNodeError:
+            return None
+        finally:
+            zk.stop()
+            zk.close()
+
+    def controller_epoch(self) -> int:
+        """``/controller_epoch`` from ZooKeeper."""
+        data = self.zk_get("/controller_epoch")
+        assert data is not None, "/controller_epoch does not exist in ZooKeeper"
+        return int(data.decode())
 
     # -- files --
 
@@ -687,8 +965,8 @@ class Cluster:
                 return c
         return candidates[0]
 
-    def segment_files(self, topic: str, partition: int) -> list[Path]:
-        return sorted(self.log_dir(topic, partition).glob("*.log"))
+    def segment_files(self, topic: str, partition: int, broker_id: int = 1) -> list[Path]:
+        return sorted(self.log_dir(topic, partition, broker_id).glob("*.log"))
 
     def active_segment(self, topic: str, partition: int) -> Path:
         segs = self.segment_files(topic, partition)
@@ -703,13 +981,18 @@ class Cluster:
         return self._admin
 
     def create_topic(
-        self, name: str, partitions: int = 1, config: dict[str, str] | None = None
+        self,
+        name: str,
+        partitions: int = 1,
+        config: dict[str, str] | None = None,
+        replication_factor: int = 1,
     ) -> str:
-        self.admin().create_topic(name, partitions, config)
+        self.admin().create_topic(name, partitions, config, replication_factor=replication_factor)
         return name
 
-    def raw(self, timeout_s: float = 30.0) -> RawConnection:
-        return RawConnection(self.host, self.port, timeout_s)
+    def raw(self, timeout_s: float = 30.0, broker_id: int = 1) -> RawConnection:
+        b = self.broker(broker_id)
+        return RawConnection(str(b["host"]), int(b["port"]), timeout_s)
 
     def conf(self, extra: dict[str, object] | None = None) -> dict[str, object]:
         """A confluent-kafka config for this cluster (MILLRACE_CLIENT_DEBUG adds ``debug``)."""
@@ -726,13 +1009,46 @@ class Cluster:
         """``confluent_consume`` against this cluster."""
         return confluent_consume(self.bootstrap, topic, partitions, start, extra, timeout_s)
 
-    def batches(self, topic: str, partition: int) -> list[tuple[Path, Any, bool]]:
-        """Every batch header in the partition's segments: (segment, header, crc_ok)."""
-        return read_log_batches(self.log_dir(topic, partition))
+    def batches(
+        self, topic: str, partition: int, broker_id: int = 1
+    ) -> list[tuple[Path, Any, bool]]:
+        """Every batch header in the partition's segments on one broker:
+        (segment, header, crc_ok)."""
+        return read_log_batches(self.log_dir(topic, partition, broker_id))
+
+    def replica_signatures(
+        self, topic: str, partition: int, brokers: list[int]
+    ) -> dict[int, list[tuple[int, int, int, int]]]:
+        """``batch_signature`` of the partition's log on each of ``brokers``."""
+        return {b: batch_signature(self.batches(topic, partition, b)) for b in brokers}
+
+    def wait_replicas_identical(
+        self, topic: str, partition: int, brokers: list[int], timeout_s: float = 60.0
+    ) -> list[tuple[int, int, int, int]]:
+        """Until the data files of ``brokers`` hold identical batches for the partition (and
+        at least one); returns the common batch list."""
+
+        def check() -> list[tuple[int, int, int, int]] | None:
+            sigs = self.replica_signatures(topic, partition, brokers)
+            first = sigs[brokers[0]]
+            if first and all(s == first for s in sigs.values()):
+                return first
+            return None
+
+        try:
+            return wait_for(check, timeout_s, f"{topic}[{partition}]: identical logs on {brokers}")
+        except AssertionError:
+            sigs = self.replica_signatures(topic, partition, brokers)
+            detail = "\n".join(
+                f"broker {b}: {len(s)} batches, last 5 {s[-5:]}" for b, s in sigs.items()
+            )
+            raise AssertionError(
+                f"{topic}[{partition}]: replica logs differ after {timeout_s:g}s\n{detail}"
+            ) from None
 
 
-def _start(directory: Path, props: dict[str, str]) -> Cluster:
-    cluster = Cluster(directory, props)
+def _start(directory: Path, props: dict[str, str], brokers: int = 1) -> Cluster:
+    cluster = Cluster(directory, props, brokers)
     try:
         cluster.up()
     except BaseException:
@@ -747,9 +1063,12 @@ def cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     props: dict[str, str] = {}
+    brokers = 1
     for marker in reversed(list(request.node.iter_markers("cluster_config"))):
-        props.update(merge_props(marker.args[0] if marker.args else None, marker.kwargs))
-    c = _start(tmp_path_factory.mktemp("cluster"), props)
+        kwargs = dict(marker.kwargs)
+        brokers = int(kwargs.pop("brokers", brokers))
+        props.update(merge_props(marker.args[0] if marker.args else None, kwargs))
+    c = _start(tmp_path_factory.mktemp("cluster"), props, brokers)
     try:
         yield c
     finally:
@@ -762,8 +1081,10 @@ def cluster_factory(
 ) -> Iterator[Callable[..., Cluster]]:
     started: list[Cluster] = []
 
-    def factory(props: dict[str, object] | None = None, **kwargs: object) -> Cluster:
-        c = _start(tmp_path_factory.mktemp("cluster"), merge_props(props, kwargs))
+    def factory(
+        props: dict[str, object] | None = None, brokers: int = 1, **kwargs: object
+    ) -> Cluster:
+        c = _start(tmp_path_factory.mktemp("cluster"), merge_props(props, kwargs), brokers)
         started.append(c)
         return c
 

@@ -1,0 +1,158 @@
+"""The controller-to-broker APIs of ZooKeeper-mode Kafka: LeaderAndIsr (4), StopReplica (5),
+UpdateMetadata (6), and the broker-to-controller ControlledShutdown (7).
+
+Every controller request carries the controller epoch; a request from an older epoch than
+the newest this broker has seen is answered with STALE_CONTROLLER_EPOCH and ignored, so a
+deposed controller cannot undo its successor's decisions (checklist section 11).
+
+UpdateMetadata is incremental, as in Kafka: it lists every live broker and the partitions
+whose state changed; a partition whose leader is -2 (``LeaderDuringDelete``) removes its
+topic from the metadata cache.
+
+Concurrency: event loop thread; each handler applies its request synchronously after the
+(ZooKeeper) topic-config lookup, so requests take effect in the order the controller sent
+them on its connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from broker.api.context import RequestContext
+from broker.metadata.cache import BrokerInfo, PartitionInfo
+from broker.protocol import interbroker as _interbroker
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.replication.replica_manager import PartitionStateSpec
+from broker.types import BrokerId, TopicPartition
+
+log = logging.getLogger(__name__)
+# kio-style message classes take kio's NewTypes (i32, BrokerId, ...); built from plain ints
+ib: Any = _interbroker
+
+LEADER_DURING_DELETE = -2
+
+
+async def handle_leader_and_isr(ctx: RequestContext, request: Any) -> Any:
+    services = ctx.services
+    rm = services.replica_manager
+    specs: list[PartitionStateSpec] = []
+    topic_ids: dict[str, Any] = {}
+    for topic in request.topic_states:
+        topic_ids[str(topic.topic_name)] = topic.topic_id
+        for p in topic.partition_states:
+            specs.append(
+                PartitionStateSpec(
+                    TopicPartition(str(topic.topic_name), int(p.partition_index)),
+                    leader=int(p.leader),
+                    leader_epoch=int(p.leader_epoch),
+                    isr=tuple(int(r) for r in p.isr),
+                    replicas=tuple(int(r) for r in p.replicas),
+                    zk_version=int(p.partition_epoch),
+                    is_new=bool(p.is_new),
+                )
+            )
+    leaders = {int(x.broker_id): (str(x.host_name), int(x.port)) for x in request.live_leaders}
+    if int(request.controller_epoch) < rm.controller_epoch:
+        results = {s.tp: ErrorCode.stale_controller_epoch for s in specs}
+        top = ErrorCode.stale_controller_epoch
+    else:
+        await services.controller.ensure_topic_configs(sorted(topic_ids))
+        results = rm.become_leader_or_follower(
+            int(request.controller_epoch), specs, leaders, services.controller.log_config_for
+        )
+        top = ErrorCode.none
+    by_topic: dict[str, list[Any]] = {}
+    for tp, code in results.items():
+        by_topic.setdefault(tp.topic, []).append(
+            ib.LeaderAndIsrPartitionError(partition_index=tp.partition, error_code=code)
+        )
+    return ib.LeaderAndIsrResponse(
+        error_code=top,
+        topics=tuple(
+            ib.LeaderAndIsrTopicError(topic_id=topic_ids.get(t), partition_errors=tuple(errs))
+            for t, errs in by_topic.items()
+        ),
+    )
+
+
+async def handle_stop_replica(ctx: RequestContext, request: Any) -> Any:
+    rm = ctx.services.replica_manager
+    wanted = [
+        (TopicPartition(str(t.topic_name), int(p.partition_index)), bool(p.delete_partition))
+        for t in request.topic_states
+        for p in t.partition_states
+    ]
+    if int(request.controller_epoch) < rm.controller_epoch:
+        return ib.StopReplicaResponse(
+            error_code=ErrorCode.stale_controller_epoch, partition_errors=()
+        )
+    results = rm.stop_replicas(int(request.controller_epoch), wanted)
+    return ib.StopReplicaResponse(
+        error_code=ErrorCode.none,
+        partition_errors=tuple(
+            ib.StopReplicaPartitionError(
+                topic_name=tp.topic, partition_index=tp.partition, error_code=code
+            )
+            for tp, code in results.items()
+        ),
+    )
+
+
+async def handle_update_metadata(ctx: RequestContext, request: Any) -> Any:
+    services = ctx.services
+    rm = services.replica_manager
+    if not rm.check_controller_epoch(int(request.controller_epoch)):
+        return ib.UpdateMetadataResponse(error_code=ErrorCode.stale_controller_epoch)
+    cache = services.metadata
+    brokers = []
+    listener = ctx.connection.listener
+    for b in request.live_brokers:
+        endpoints = list(b.endpoints)
+        chosen = next((e for e in endpoints if e.listener == listener), None)
+        if chosen is None and endpoints:
+            chosen = endpoints[0]
+        if chosen is not None:
+            brokers.append(
+                BrokerInfo(BrokerId(int(b.id)), str(chosen.host), int(chosen.port), b.rack)
+            )
+    cache.set_brokers(brokers)
+    cache.controller_id = int(request.controller_id)
+    for topic in request.topic_states:
+        name = str(topic.topic_name)
+        parts = list(topic.partition_states)
+        if any(int(p.leader) == LEADER_DURING_DELETE for p in parts):
+            cache.remove_topic(name)
+            continue
+        cache.update_partitions(
+            name,
+            topic.topic_id,
+            [
+                PartitionInfo(
+                    int(p.partition_index),
+                    int(p.leader),
+                    int(p.leader_epoch),
+                    tuple(int(r) for r in p.replicas),
+                    tuple(int(r) for r in p.isr),
+                    tuple(int(r) for r in p.offline_replicas),
+                )
+                for p in parts
+            ],
+        )
+    return ib.UpdateMetadataResponse(error_code=ErrorCode.none)
+
+
+async def handle_controlled_shutdown(ctx: RequestContext, request: Any) -> Any:
+    try:
+        remaining = await ctx.services.controller.controlled_shutdown(
+            int(request.broker_id), int(request.broker_epoch)
+        )
+    except KafkaError as exc:
+        return ib.ControlledShutdownResponse(error_code=exc.code, remaining_partitions=())
+    return ib.ControlledShutdownResponse(
+        error_code=ErrorCode.none,
+        remaining_partitions=tuple(
+            ib.RemainingPartition(topic_name=tp.topic, partition_index=tp.partition)
+            for tp in remaining
+        ),
+    )

@@ -1,0 +1,403 @@
+"""Follower fetchers: replicate partitions from their leaders with the Fetch API.
+
+Theory of operation (checklist section 12; Kafka's ``ReplicaFetcherThread``, KIP-101/279)
+-----------------------------------------------------------------------------------------
+One :class:`LeaderFetcher` task per source broker fetches every partition this broker
+follows from that leader in one Fetch request (``replica_id`` = this broker, read up to the
+leader's log end, ``replica.fetch.wait.max.ms`` long poll). Before a partition's first fetch
+after a leader change it is *truncated*: the fetcher asks the leader (OffsetsForLeaderEpoch,
+with this replica's latest epoch) where that epoch ends on the leader, and truncates its
+own log to the smaller of that offset and its own end of the epoch. When the leader does not
+know the follower's epoch it answers with its largest epoch below, the follower truncates to
+its own end of that epoch and asks again (KIP-279), so divergent tails are removed on every
+epoch change and never by the high watermark alone (KIP-101).
+
+Fetched batches (offsets and leader epochs assigned by the leader) are appended with
+:meth:`FollowerSink.append_as_follower`, which also moves the follower's high watermark to
+min(its log end, the leader's high watermark). Partition errors from the leader (not leader,
+fenced or unknown epoch) park the partition for ``replica.fetch.backoff.ms`` until the
+controller's next LeaderAndIsr says what changed; connection errors back off and retry.
+
+Concurrency: event loop thread only. The manager owns one task per leader; tasks are
+cancelled and awaited on removal and on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kio.schema.fetch.v12 import request as fetch_req
+from kio.schema.offset_for_leader_epoch.v4 import request as ofle_req
+from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+from broker.network.client import BrokerConnection
+from broker.protocol.errors import ErrorCode
+from broker.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+FETCH_KEY, FETCH_VERSION = 1, 12
+OFFSET_FOR_LEADER_EPOCH_KEY, OFFSET_FOR_LEADER_EPOCH_VERSION = 23, 4
+UNDEFINED_EPOCH = -1
+
+
+class FollowerSink(Protocol):
+    """What the fetcher needs from the replica manager."""
+
+    def follower_fetch_position(self, tp: TopicPartition) -> tuple[int, int, int] | None:
+        """(log end offset, log start offset, latest epoch in the epoch cache) or None."""
+
+    def follower_end_offset_for(self, tp: TopicPartition, epoch: int) -> tuple[int, int]:
+        """This replica's (epoch, end offset) for ``epoch`` (its own epoch cache)."""
+
+    def truncate_follower(self, tp: TopicPartition, offset: int, *, fully: bool = False) -> None:
+        """Truncate to ``offset`` (or start an empty log at it when ``fully``)."""
+
+    def append_as_follower(
+        self, tp: TopicPartition, records: bytes, leader_hw: int, leader_log_start: int
+    ) -> None:
+        """Append fetched records and update the follower high watermark."""
+
+
+@dataclass(slots=True)
+class FetchState:
+    leader_epoch: int
+    needs_truncation: bool = True
+    delayed_until: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherConfig:
+    broker_id: int
+    max_wait_ms: int = 500
+    min_bytes: int = 1
+    max_bytes: int = 10 * 1024 * 1024
+    partition_max_bytes: int = 1024 * 1024
+    backoff_ms: int = 1000
+    request_timeout_ms: int = 30_000
+
+
+class LeaderFetcher:
+    """Fetches every followed partition whose leader is one broker."""
+
+    def __init__(
+        self, leader_id: int, host: str, port: int, sink: FollowerSink, config: FetcherConfig
+    ) -> None:
+        self.leader_id = leader_id
+        self.host = host
+        self.port = port
+        self.sink = sink
+        self.config = config
+        self.partitions: dict[TopicPartition, FetchState] = {}
+        self._wakeup = asyncio.Event()
+        self._conn: BrokerConnection | None = None
+        self._moved = False
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, tp: TopicPartition, leader_epoch: int) -> None:
+        self.partitions[tp] = FetchState(leader_epoch)
+        self._wakeup.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+
+    def move_to(self, host: str, port: int) -> None:
+        """The leader now listens elsewhere: reconnect before the next request."""
+        self.host, self.port = host, port
+        self._moved = True
+        self._wakeup.set()
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+            self.task = None
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+
+    # --- the loop ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        backoff = self.config.backoff_ms / 1000.0
+        while True:
+            now = loop.time()
+            ready = {tp: s for tp, s in self.partitions.items() if s.delayed_until <= now}
+            if not ready:
+                self._wakeup.clear()
+                delays = [s.delayed_until - now for s in self.partitions.values()]
+                timeout = min(delays) if delays else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), timeout)
+                continue
+            try:
+                conn = await self._connection()
+                truncating = {tp: s for tp, s in ready.items() if s.needs_truncation}
+                if truncating:
+                    await self._truncate(conn, truncating)
+                    continue
+                await self._fetch(conn, ready)
+            except (ConnectionError, TimeoutError, OSError) as exc:
+                log.info(
+                    "fetcher for leader %d at %s:%d: %s; retrying",
+                    self.leader_id,
+                    self.host,
+                    self.port,
+                    exc or type(exc).__name__,
+                )
+                await self._drop_connection()
+                await asyncio.sleep(backoff)
+
+    async def _connection(self) -> BrokerConnection:
+        if self._conn is None or not self._conn.connected or self._moved:
+            self._moved = False
+            await self._drop_connection()
+            conn = BrokerConnection(
+                self.host,
+                self.port,
+                client_id=f"broker-{self.config.broker_id}-fetcher-{self.leader_id}",
+                request_timeout_s=(self.config.request_timeout_ms + self.config.max_wait_ms)
+                / 1000.0,
+            )
+            await conn.connect()
+            self._conn = conn
+        return self._conn
+
+    async def _drop_connection(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    def _delay(self, tp: TopicPartition, ms: int) -> None:
+        state = self.partitions.get(tp)
+        if state is not None:
+            state.delayed_until = asyncio.get_running_loop().time() + ms / 1000.0
+
+    # --- truncation (OffsetsForLeaderEpoch) ------------------------------------------------
+
+    async def _truncate(
+        self, conn: BrokerConnection, states: dict[TopicPartition, FetchState]
+    ) -> None:
+        asked: dict[TopicPartition, tuple[int, int]] = {}
+        by_topic: dict[str, list[Any]] = {}
+        for tp, state in states.items():
+            position = self.sink.follower_fetch_position(tp)
+            if position is None:
+                self.partitions.pop(tp, None)
+                continue
+            _leo, _start, latest_epoch = position
+            if latest_epoch == UNDEFINED_EPOCH:
+                # nothing to compare: an empty log, or one written before leader epochs
+                state.needs_truncation = False
+                continue
+            asked[tp] = (latest_epoch, state.leader_epoch)
+            by_topic.setdefault(tp.topic, []).append(
+                ofle_req.OffsetForLeaderPartition(
+                    partition=i32(tp.partition),
+                    current_leader_epoch=i32(state.leader_epoch),
+                    leader_epoch=i32(latest_epoch),
+                )
+            )
+        if not by_topic:
+            return
+        request = ofle_req.OffsetForLeaderEpochRequest(
+            replica_id=i32(self.config.broker_id),  # type: ignore[arg-type]
+            topics=tuple(
+                ofle_req.OffsetForLeaderTopic(topic=t, partitions=tuple(ps))  # type: ignore[arg-type]
+                for t, ps in by_topic.items()
+            ),
+        )
+        response = await conn.request(
+            OFFSET_FOR_LEADER_EPOCH_KEY, OFFSET_FOR_LEADER_EPOCH_VERSION, request
+        )
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(str(topic.topic), int(p.partition))
+                current = self.partitions.get(tp)
+                if current is None or tp not in asked or current.leader_epoch != asked[tp][1]:
+                    continue
+                error = ErrorCode(int(p.error_code))
+                if error != ErrorCode.none:
+                    self._on_partition_error(tp, error)
+                    continue
+                self._apply_truncation(
+                    tp, current, asked[tp][0], int(p.leader_epoch), int(p.end_offset)
+                )
+
+    def _apply_truncation(
+        self,
+        tp: TopicPartition,
+        state: FetchState,
+        requested_epoch: int,
+        leader_epoch: int,
+        leader_end_offset: int,
+    ) -> None:
+        position = self.sink.follower_fetch_position(tp)
+        if position is None:
+            return
+        leo = position[0]
+        if leader_epoch == UNDEFINED_EPOCH or leader_end_offset < 0:
+            # The leader has no epoch at or below ours: everything we have is divergent
+            # beyond what the leader holds; truncate to the leader's answer when known.
+            target = leo if leader_end_offset < 0 else min(leader_end_offset, leo)
+            self.sink.truncate_follower(tp, target)
+            state.needs_truncation = False
+            return
+        own_epoch, own_end = self.sink.follower_end_offset_for(tp, leader_epoch)
+        if own_end < 0:
+            own_end = leo
+        if own_epoch != leader_epoch:
+            # KIP-279: we do not have the leader's epoch; cut our tail back to the end of
+            # our largest epoch below it and ask again with that epoch.
+            self.sink.truncate_follower(tp, min(own_end, leo))
+            new_position = self.sink.follower_fetch_position(tp)
+            if new_position is None or new_position[2] in (UNDEFINED_EPOCH, requested_epoch):
+                state.needs_truncation = False
+            return
+        self.sink.truncate_follower(tp, min(own_end, leader_end_offset, leo))
+        state.needs_truncation = False
+
+    # --- fetching ------------------------------------------------------------------------
+
+    async def _fetch(
+        self, conn: BrokerConnection, states: dict[TopicPartition, FetchState]
+    ) -> None:
+        by_topic: dict[str, list[Any]] = {}
+        sent: dict[TopicPartition, tuple[int, int]] = {}
+        for tp, state in states.items():
+            position = self.sink.follower_fetch_position(tp)
+            if position is None:
+                self.partitions.pop(tp, None)
+                continue
+            leo, log_start, latest_epoch = position
+            sent[tp] = (leo, state.leader_epoch)
+            by_topic.setdefault(tp.topic, []).append(
+                fetch_req.FetchPartition(
+                    partition=i32(tp.partition),
+                    current_leader_epoch=i32(state.leader_epoch),
+                    fetch_offset=i64(leo),
+                    last_fetched_epoch=i32(latest_epoch),
+                    log_start_offset=i64(log_start),
+                    partition_max_bytes=i32(self.config.partition_max_bytes),
+                )
+            )
+        if not by_topic:
+            return
+        request = fetch_req.FetchRequest(
+            replica_id=i32(self.config.broker_id),  # type: ignore[arg-type]
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=self.config.max_wait_ms)),
+            min_bytes=i32(self.config.min_bytes),
+            max_bytes=i32(self.config.max_bytes),
+            isolation_level=i8(0),
+            topics=tuple(
+                fetch_req.FetchTopic(topic=t, partitions=tuple(ps))  # type: ignore[arg-type]
+                for t, ps in by_topic.items()
+            ),
+            forgotten_topics_data=(),
+        )
+        response = await conn.request(FETCH_KEY, FETCH_VERSION, request)
+        for topic in response.responses:
+            for p in topic.partitions:
+                tp = TopicPartition(str(topic.topic), int(p.partition_index))
+                current = self.partitions.get(tp)
+                if current is None or tp not in sent or current.leader_epoch != sent[tp][1]:
+                    continue  # the partition moved while the fetch was in flight
+                position = self.sink.follower_fetch_position(tp)
+                if position is None or position[0] != sent[tp][0]:
+                    continue
+                error = ErrorCode(int(p.error_code))
+                if error == ErrorCode.none:
+                    self.sink.append_as_follower(
+                        tp,
+                        bytes(p.records or b""),
+                        int(p.high_watermark),
+                        int(p.log_start_offset),
+                    )
+                elif error == ErrorCode.offset_out_of_range:
+                    self._on_out_of_range(tp, current, sent[tp][0], int(p.log_start_offset))
+                else:
+                    self._on_partition_error(tp, error)
+
+    def _on_out_of_range(
+        self, tp: TopicPartition, state: FetchState, fetch_offset: int, leader_log_start: int
+    ) -> None:
+        if leader_log_start >= 0 and fetch_offset < leader_log_start:
+            log.info(
+                "%s: fetch offset %d below the leader's log start %d; restarting there",
+                tp,
+                fetch_offset,
+                leader_log_start,
+            )
+            self.sink.truncate_follower(tp, leader_log_start, fully=True)
+        else:
+            # our log end is past the leader's: find the divergence again
+            state.needs_truncation = True
+            self._delay(tp, 100)
+
+    def _on_partition_error(self, tp: TopicPartition, error: ErrorCode) -> None:
+        log.debug("fetch of %s from leader %d: %s", tp, self.leader_id, error.name)
+        if error == ErrorCode.unknown_leader_epoch:
+            self._delay(tp, 100)  # the leader has not heard of this epoch yet
+        else:
+            self._delay(tp, self.config.backoff_ms)
+
+
+class ReplicaFetcherManager:
+    """Which leader each followed partition is fetched from; one fetcher per leader."""
+
+    def __init__(self, sink: FollowerSink, config: FetcherConfig) -> None:
+        self.sink = sink
+        self.config = config
+        self._fetchers: dict[int, LeaderFetcher] = {}
+        self._leader_of: dict[TopicPartition, int] = {}
+
+    def add_partition(
+        self, tp: TopicPartition, leader_id: int, address: tuple[str, int], leader_epoch: int
+    ) -> None:
+        self.remove_partition(tp)
+        fetcher = self._fetchers.get(leader_id)
+        if fetcher is not None and (fetcher.host, fetcher.port) != address:
+            fetcher.move_to(*address)  # the leader restarted on another address
+        if fetcher is None:
+            fetcher = LeaderFetcher(leader_id, address[0], address[1], self.sink, self.config)
+            fetcher.task = asyncio.get_running_loop().create_task(
+                fetcher.run(), name=f"fetcher-{leader_id}"
+            )
+            self._fetchers[leader_id] = fetcher
+        fetcher.add(tp, leader_epoch)
+        self._leader_of[tp] = leader_id
+
+    def remove_partition(self, tp: TopicPartition) -> None:
+        leader = self._leader_of.pop(tp, None)
+        if leader is None:
+            return
+        fetcher = self._fetchers.get(leader)
+        if fetcher is not None:
+            fetcher.remove(tp)
+
+    def leader_of(self, tp: TopicPartition) -> int | None:
+        return self._leader_of.get(tp)
+
+    def fetching(self) -> dict[TopicPartition, int]:
+        return dict(self._leader_of)
+
+    async def remove_idle_fetchers(self) -> None:
+        for leader_id, fetcher in list(self._fetchers.items()):
+            if not fetcher.partitions:
+                self._fetchers.pop(leader_id)
+                await fetcher.close()
+
+    async def shutdown(self) -> None:
+        fetchers = list(self._fetchers.values())
+        self._fetchers.clear()
+        self._leader_of.clear()
+        for fetcher in fetchers:
+            await fetcher.close()

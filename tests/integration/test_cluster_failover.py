@@ -1,0 +1,483 @@
+"""Failover on a 3-broker cluster (issue 3, "Tests that must exist"), with real processes.
+
+Every test starts its own cluster (``cluster_factory``, 3 brokers, ZooKeeper session timeout
+6 s, ``replica.lag.time.max.ms`` 5 s) and most run an idempotent acks=all confluent-kafka
+producer in a thread that writes sequential values per partition and records what was
+acknowledged, while brokers are killed and restarted:
+
+* SIGKILL of a partition leader, later restarted: a new leader is elected, production goes
+  on, the restarted broker rejoins every ISR, every acknowledged record is readable exactly
+  once and in order per partition, and all replicas hold identical logs.
+* Controlled shutdown (SIGTERM): leadership and ISR membership are moved away (in ZooKeeper)
+  before the process exits; nothing acknowledged is lost.
+* Rolling restart of all brokers (SIGTERM + start, full ISR in between): nothing lost or
+  duplicated.
+* SIGKILL of the controller: another broker takes over with a higher ``/controller_epoch``,
+  creates topics, and moves a leader by preferred leader election (ElectLeaders).
+* KIP-101 divergent logs: (a) a leader with acks=1 records its paused followers never saw is
+  killed, a follower takes over and writes more, the old leader returns and truncates;
+  (b) a fast double leader change under load. Both end with identical logs everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+
+from broker.protocol import records as rec
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from conftest import Cluster
+
+BROKERS = [1, 2, 3]
+FAULT_PROPS = {
+    # a SIGKILLed broker is noticed when its ZooKeeper session expires (6000 ms is
+    # ZooKeeper's minimum with the default tickTime)
+    "zookeeper.session.timeout.ms": "6000",
+    "replica.lag.time.max.ms": "5000",
+    "min.insync.replicas": "2",
+}
+
+pytestmark = [pytest.mark.integration, pytest.mark.fault, pytest.mark.timeout(300)]
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+class ContinuousProducer:
+    """An idempotent acks=all confluent-kafka producer in a thread: value ``b"<p>:<seq>"``
+    with ``seq`` counting up per partition, about ``rate`` records/s in all. Records every
+    acknowledged (seq, offset) per partition, delivery errors and fatal errors."""
+
+    def __init__(self, cluster: Cluster, topic: str, partitions: int, rate: int = 300) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.interval = partitions / rate
+        self.acked: dict[int, list[tuple[int, int]]] = {p: [] for p in range(partitions)}
+        self.errors: list[tuple[int, int, KafkaError]] = []
+        self.client_errors: list[KafkaError] = []
+        self.next_seq = dict.fromkeys(range(partitions), 0)
+        self.unflushed = -1
+        self.failure: BaseException | None = None
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self.producer = Producer(
+            cluster.conf(
+                {
+                    "acks": "all",
+                    "enable.idempotence": True,
+                    "linger.ms": 5,
+                    # long enough to ride out any failover in these tests
+                    "message.timeout.ms": 180000,
+                    "retry.backoff.ms": 100,
+                    "retry.backoff.max.ms": 1000,
+                    "reconnect.backoff.max.ms": 1000,
+                    "topic.metadata.refresh.interval.ms": 2000,
+                    "error_cb": self._on_error,
+                }
+            )
+        )
+        self.thread = threading.Thread(target=self._run, name=f"producer-{topic}", daemon=True)
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            with self.lock:
+                self.client_errors.append(err)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        p_text, seq_text = msg.value().split(b":")
+        p, seq = int(p_text), int(seq_text)
+        with self.lock:
+            if err is not None:
+                self.errors.append((p, seq, err))
+            else:
+                self.acked[p].append((seq, msg.offset()))
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for p in range(self.partitions):
+                    seq = self.next_seq[p]
+                    while True:
+                        try:
+                            self.producer.produce(
+                                self.topic,
+                                f"{p}:{seq:07d}".encode(),
+                                partition=p,
+                                on_delivery=self._on_delivery,
+                            )
+                            break
+                        except BufferError:
+                            self.producer.poll(0.1)
+                    self.next_seq[p] = seq + 1
+                self.producer.poll(0)
+                time.sleep(self.interval)
+            self.unflushed = self.producer.flush(180)
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
+            self.failure = exc
+
+    def start(self) -> ContinuousProducer:
+        self.thread.start()
+        return self
+
+    def counts(self) -> dict[int, int]:
+        with self.lock:
+            return {p: len(a) for p, a in self.acked.items()}
+
+    def wait_progress(self, records: int, timeout_s: float, what: str) -> None:
+        """Until every partition has ``records`` more acknowledged records than now."""
+        start = self.counts()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            now = self.counts()
+            if all(now[p] >= start[p] + records for p in now):
+                return
+            assert self.thread.is_alive(), f"producer thread died: {self.failure!r}"
+            time.sleep(0.2)
+        with self.lock:
+            errors = self.errors[-3:] + [(-1, -1, e) for e in self.client_errors[-3:]]
+        raise AssertionError(
+            f"{what}: acknowledged per partition {start} -> {self.counts()} in {timeout_s:g}s, "
+            f"wanted +{records} each; recent errors {errors}"
+        )
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(240)
+        assert not self.thread.is_alive(), "producer thread did not finish flushing"
+        assert self.failure is None, f"producer thread failed: {self.failure!r}"
+        assert self.unflushed == 0, f"{self.unflushed} records still queued after flush(180)"
+
+    def check_served(self, cluster: Cluster) -> None:
+        """Every produced record was acknowledged and is served exactly once, at its
+        acknowledged offset, in production order per partition."""
+        assert not self.client_errors, f"fatal producer errors: {self.client_errors}"
+        assert not self.errors, f"{len(self.errors)} delivery errors, e.g. {self.errors[:3]}"
+        served = cluster.consume(self.topic, list(range(self.partitions)), timeout_s=120)
+        for p in range(self.partitions):
+            produced = self.next_seq[p]
+            acked = sorted(self.acked[p], key=lambda so: so[1])
+            assert len(acked) == produced, f"partition {p}: {produced} produced, {len(acked)} acked"
+            got = [(int(m.value().split(b":")[1]), m.offset()) for m in served[p]]
+            seqs = [s for s, _o in got]
+            dups = sorted(s for s, n in Counter(seqs).items() if n > 1)
+            missing = sorted({s for s, _o in acked} - set(seqs))
+            assert not dups and not missing, (
+                f"partition {p}: {len(missing)} acknowledged records missing (e.g. "
+                f"{missing[:5]}), {len(dups)} duplicated (e.g. {dups[:5]}); served {len(got)}"
+            )
+            assert seqs == list(range(produced)), f"partition {p}: served out of order"
+            assert got == acked, f"partition {p}: served offsets differ from acknowledged ones"
+
+
+def start_cluster(
+    cluster_factory: Callable[..., Cluster], extra: dict[str, str] | None = None
+) -> Cluster:
+    return cluster_factory({**FAULT_PROPS, **(extra or {})}, brokers=3)
+
+
+def make_topic(c: Cluster, topic: str, partitions: int = 3) -> dict[int, Any]:
+    c.create_topic(topic, partitions, replication_factor=3)
+    return c.wait_isr_complete(topic, 60, brokers=BROKERS)
+
+
+def partition_state(c: Cluster, topic: str, partition: int) -> dict[str, Any]:
+    """``/brokers/topics/<t>/partitions/<p>/state`` from ZooKeeper."""
+    data = c.zk_get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+    assert data is not None, f"no partition state znode for {topic}[{partition}]"
+    return json.loads(data)  # type: ignore[no-any-return]
+
+
+def wait_broker_out(c: Cluster, topic: str, broker_id: int, timeout_s: float = 60) -> None:
+    """Until Metadata shows ``broker_id`` leading no partition of ``topic`` and in no ISR,
+    with every partition led."""
+
+    def gone() -> bool:
+        return all(
+            leader >= 0 and leader != broker_id and broker_id not in isr
+            for leader, _replicas, isr in c.describe(topic).values()
+        )
+
+    c.wait_for(gone, timeout_s, f"broker {broker_id} out of {topic}'s leaders and ISRs")
+
+
+def check_identical_logs(c: Cluster, topic: str, partitions: int) -> None:
+    """All three replicas of every partition hold the same batches, offsets dense from 0."""
+    for p in range(partitions):
+        common = c.wait_replicas_identical(topic, p, BROKERS, 90)
+        next_offset = 0
+        for base, last, epoch, _crc in common:
+            assert base == next_offset, f"{topic}[{p}]: batch at {base}, expected {next_offset}"
+            assert epoch >= 0, f"{topic}[{p}]: batch {base} without partitionLeaderEpoch"
+            next_offset = last + 1
+
+
+def leader_of(c: Cluster, topic: str, partition: int, not_in: tuple[int, ...] = ()) -> int:
+    """Wait until the partition has a leader outside ``not_in``; return it."""
+
+    def leader() -> int | None:
+        lead = c.describe(topic)[partition][0]
+        return lead if lead >= 0 and lead not in not_in else None
+
+    return int(c.wait_for(leader, 60, f"a leader of {topic}[{partition}] not in {not_in}"))
+
+
+# --- tests -----------------------------------------------------------------------------------
+
+
+def test_leader_sigkill_and_restart(
+    cluster_factory: Callable[..., Cluster], topic_name: str
+) -> None:
+    c = start_cluster(cluster_factory)
+    partitions = 3
+    make_topic(c, topic_name, partitions)
+    producer = ContinuousProducer(c, topic_name, partitions).start()
+    try:
+        producer.wait_progress(200, 60, "before the kill")
+        victim = leader_of(c, topic_name, 0)
+        c.stop_broker(hard=True, broker_id=victim)
+        new_leader = leader_of(c, topic_name, 0, not_in=(victim,))
+        assert new_leader in BROKERS
+        wait_broker_out(c, topic_name, victim)
+        producer.wait_progress(200, 60, f"after SIGKILL of leader {victim}")
+
+        c.start_broker(victim)
+        c.wait_isr_complete(topic_name, 90, brokers=BROKERS)
+        producer.wait_progress(200, 60, f"after broker {victim} rejoined")
+    finally:
+        producer.stop()
+    producer.check_served(c)
+    check_identical_logs(c, topic_name, partitions)
+
+
+def test_controlled_shutdown_moves_leadership_first(
+    cluster_factory: Callable[..., Cluster], topic_name: str
+) -> None:
+    c = start_cluster(cluster_factory)
+    partitions = 3
+    make_topic(c, topic_name, partitions)
+    producer = ContinuousProducer(c, topic_name, partitions).start()
+    try:
+        producer.wait_progress(200, 60, "before the shutdown")
+        victim = leader_of(c, topic_name, 0)
+        current = c.describe(topic_name)
+        led = [p for p, (leader, _r, _i) in current.items() if leader == victim]
+        epochs = {p: partition_state(c, topic_name, p)["leader_epoch"] for p in led}
+
+        started = time.monotonic()
+        c.stop_broker(hard=False, broker_id=victim)
+        took = time.monotonic() - started
+        assert took < 30, f"controlled shutdown of broker {victim} took {took:.1f}s"
+        # the controller wrote the new leaders and ISRs before it let the broker exit
+        for p in range(partitions):
+            state = partition_state(c, topic_name, p)
+            assert state["leader"] != victim and state["leader"] in BROKERS, (p, state)
+            assert victim not in state["isr"], (p, state)
+            if p in led:
+                assert state["leader_epoch"] > epochs[p], (p, epochs[p], state)
+        wait_broker_out(c, topic_name, victim, timeout_s=10)
+        producer.wait_progress(200, 60, f"after the controlled shutdown of {victim}")
+
+        c.start_broker(victim)
+        c.wait_isr_complete(topic_name, 90, brokers=BROKERS)
+        producer.wait_progress(200, 60, f"after broker {victim} rejoined")
+    finally:
+        producer.stop()
+    producer.check_served(c)
+    check_identical_logs(c, topic_name, partitions)
+
+
+def test_rolling_restart_under_load(
+    cluster_factory: Callable[..., Cluster], topic_name: str
+) -> None:
+    c = start_cluster(cluster_factory)
+    partitions = 3
+    make_topic(c, topic_name, partitions)
+    producer = ContinuousProducer(c, topic_name, partitions).start()
+    try:
+        producer.wait_progress(200, 60, "before the rolling restart")
+        for b in BROKERS:
+            c.stop_broker(hard=False, broker_id=b)
+            for p in range(partitions):
+                state = partition_state(c, topic_name, p)
+                assert state["leader"] != b and b not in state["isr"], (b, p, state)
+            producer.wait_progress(100, 60, f"while broker {b} is down")
+            c.start_broker(b)
+            c.wait_isr_complete(topic_name, 90, brokers=BROKERS)
+            producer.wait_progress(100, 60, f"after broker {b} restarted")
+    finally:
+        producer.stop()
+    producer.check_served(c)
+    check_identical_logs(c, topic_name, partitions)
+
+
+def test_controller_sigkill_failover(
+    cluster_factory: Callable[..., Cluster], topic_name: str
+) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import ElectionType
+
+    c = start_cluster(cluster_factory, {"auto.leader.rebalance.enable": "false"})
+    partitions = 3
+    desc = make_topic(c, topic_name, partitions)
+    old = c.controller_id()
+    assert old in BROKERS, f"no controller: {old}"
+    epoch_before = c.controller_epoch()
+
+    c.stop_broker(hard=True, broker_id=old)
+
+    def new_controller() -> int | None:
+        seen = {b: c.controller_id(via=b) for b in c.serving_ids()}
+        ids = set(seen.values())
+        if len(ids) == 1 and (cid := ids.pop()) not in (old, -1):
+            return cid
+        return None
+
+    new = int(c.wait_for(new_controller, 60, f"a controller other than {old}, agreed by all"))
+    epoch_after = c.controller_epoch()
+    assert epoch_after > epoch_before, (epoch_before, epoch_after)
+    znode = c.zk_get("/controller")
+    assert znode is not None and json.loads(znode)["brokerid"] == new, znode
+
+    # the new controller brings a new topic online (2 live brokers: RF 2)
+    created = f"{topic_name}-after"
+    c.create_topic(created, 2, replication_factor=2)
+    for leader, replicas, _isr in c.wait_isr_complete(created, 60).values():
+        assert old not in replicas and leader in replicas, c.describe(created)
+    wait_broker_out(c, topic_name, old)
+
+    # ... and moves a leader: the returning broker is preferred for some partitions
+    c.start_broker(old)
+    after = c.wait_isr_complete(topic_name, 90, brokers=BROKERS)
+    preferred_by_old = [p for p, (_l, replicas, _i) in desc.items() if replicas[0] == old]
+    assert preferred_by_old, f"setup: broker {old} is no preferred leader in {desc}"
+    assert all(after[p][0] != old for p in preferred_by_old), (
+        f"broker {old} leads again without an election (auto rebalance is off): {after}"
+    )
+    futures = c.admin().client.elect_leaders(
+        ElectionType.PREFERRED,
+        [TopicPartition(topic_name, p) for p in preferred_by_old],
+        request_timeout=60,
+        operation_timeout=30,
+    )
+    results = futures.result(timeout=90)
+    failed = {f"{tp.topic}[{tp.partition}]": e for tp, e in results.items() if e is not None}
+    assert not failed, f"preferred election failed: {failed}"
+    c.wait_for(
+        lambda: all(c.describe(topic_name)[p][0] == old for p in preferred_by_old),
+        30,
+        f"broker {old} leading {topic_name} partitions {preferred_by_old} again",
+    )
+    assert c.controller_id() == new, "the controller moved back without a failure"
+
+    # and the cluster still serves the topic written before the failover
+    p = Producer(c.conf({"acks": "all", "enable.idempotence": True}))
+    for i in range(30):
+        p.produce(topic_name, f"v{i}".encode(), partition=i % partitions)
+    assert p.flush(60) == 0
+    served = c.consume(topic_name, list(range(partitions)))
+    assert sum(len(v) for v in served.values()) == 30
+
+
+def test_kip101_leader_with_unreplicated_data(
+    cluster_factory: Callable[..., Cluster], topic_name: str
+) -> None:
+    # ISR must not shrink while the followers are paused (large replica.lag.time.max.ms),
+    # and the pause must stay well below the ZooKeeper session timeout
+    c = cluster_factory(
+        {
+            "zookeeper.session.timeout.ms": "10000",
+            "replica.lag.time.max.ms": "60000",
+            "min.insync.replicas": "1",
+        },
+        brokers=3,
+    )
+    leader, replicas, _isr = make_topic(c, topic_name, 1)[0]
+    followers = [b for b in replicas if b != leader]
+    epoch = partition_state(c, topic_name, 0)["leader_epoch"]
+
+    acked = Producer(c.conf({"acks": "all", "enable.idempotence": True, "linger.ms": 5}))
+    first = [f"first-{i:04d}".encode() for i in range(300)]
+    for v in first:
+        acked.produce(topic_name, v, partition=0)
+    assert acked.flush(60) == 0
+    c.wait_replicas_identical(topic_name, 0, BROKERS, 30)
+
+    leader_pid = c.broker_pid(leader)
+    with c.paused(*followers):
+        time.sleep(1.0)  # long-poll fetches in flight return (empty) before the writes
+        isr = c.describe_via(leader, topic_name)[0][2]
+        assert sorted(isr) == BROKERS, f"setup: ISR shrank to {isr} during the pause"
+        ts = int(time.time() * 1000)
+        with c.raw(broker_id=leader) as conn:
+            for k in range(3):
+                batch = rec.encode_batch(
+                    [
+                        rec.SimpleRecord(value=f"unreplicated-{k}-{i}".encode(), timestamp=ts)
+                        for i in range(10)
+                    ]
+                )
+                pr = conn.produce_v3(topic_name, 0, batch, acks=1)
+                assert int(pr.error_code) == 0, pr
+                assert int(pr.base_offset) == len(first) + 10 * k, pr
+        os.kill(leader_pid, signal.SIGKILL)
+    c.stop_broker(hard=True, broker_id=leader)  # records the death in cluster.json
+
+    new_leader = leader_of(c, topic_name, 0, not_in=(leader,))
+    assert new_leader in followers
+    assert partition_state(c, topic_name, 0)["leader_epoch"] > epoch
+
+    second = [f"second-{i:04d}".encode() for i in range(300)]
+    for v in second:
+        acked.produce(topic_name, v, partition=0)
+    assert acked.flush(90) == 0
+
+    c.start_broker(leader)
+    c.wait_isr_complete(topic_name, 90, brokers=BROKERS)
+    common = c.wait_replicas_identical(topic_name, 0, BROKERS, 90)
+    assert common[-1][1] + 1 == len(first) + len(second), (
+        f"log ends at {common[-1][1] + 1}; the old leader's unreplicated records were kept "
+        f"or acknowledged ones lost"
+    )
+    check_identical_logs(c, topic_name, 1)
+    served = [m.value() for m in c.consume(topic_name, [0])[0]]
+    assert served == first + second, (
+        f"served {len(served)} records, {sum(v.startswith(b'unreplicated') for v in served)} "
+        f"of them never replicated"
+    )
+
+
+def test_kip101_fast_double_leader_change(
+    cluster_factory: Callable[..., Cluster], topic_name: str
+) -> None:
+    c = start_cluster(cluster_factory, {"min.insync.replicas": "1"})
+    make_topic(c, topic_name, 1)
+    producer = ContinuousProducer(c, topic_name, 1, rate=200).start()
+    try:
+        producer.wait_progress(200, 60, "before the first kill")
+        first = leader_of(c, topic_name, 0)
+        c.stop_broker(hard=True, broker_id=first)
+        second = leader_of(c, topic_name, 0, not_in=(first,))
+        c.stop_broker(hard=True, broker_id=second)  # at once: it may lack the latest writes
+        third = leader_of(c, topic_name, 0, not_in=(first, second))
+        assert third not in (first, second)
+        producer.wait_progress(100, 60, f"with {third} the only replica left")
+
+        c.start_broker(first)
+        c.start_broker(second)
+        c.wait_isr_complete(topic_name, 90, brokers=BROKERS)
+        producer.wait_progress(100, 60, "after both returned")
+    finally:
+        producer.stop()
+    producer.check_served(c)
+    check_identical_logs(c, topic_name, 1)
