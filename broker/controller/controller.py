@@ -48,17 +48,24 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from broker.config import BrokerConfig, ConfigError, LogConfig
 from broker.controller import election, znodes
 from broker.controller.channel import ControllerChannel, LocalHandler
+from broker.controller.context import ControllerContext
 from broker.controller.reassignment import (
     ReplicaAssignment,
     build_reassignment,
     partitions_to_rebalance,
     validate_target_replicas,
+)
+from broker.controller.requests import (
+    NO_LEADER,
+    Outgoing,
+    leader_and_isr_requests,
+    stop_replica_requests,
+    update_metadata_requests,
 )
 from broker.controller.state_machines import (
     PartitionState as PState,
@@ -89,46 +96,10 @@ log = logging.getLogger(__name__)
 ib: Any = _interbroker
 
 T = TypeVar("T")
-LEADER_AND_ISR = (4, 5)
-STOP_REPLICA = (5, 3)
-UPDATE_METADATA = (6, 7)
-NO_LEADER = -1
-LEADER_DURING_DELETE = -2
-PLAINTEXT = 0
 
 
 class NotControllerError(KafkaError):
     code = ErrorCode.not_controller
-
-
-@dataclass(slots=True)
-class ControllerContext:
-    """What the active controller knows (Kafka's ControllerContext)."""
-
-    epoch: int = 0
-    epoch_zk_version: int = 0
-    live_brokers: dict[int, znodes.BrokerIdZNode] = field(default_factory=dict)
-    broker_epochs: dict[int, int] = field(default_factory=dict)
-    shutting_down: set[int] = field(default_factory=set)
-    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
-    topic_versions: dict[str, int] = field(default_factory=dict)
-    assignments: dict[TopicPartition, ReplicaAssignment] = field(default_factory=dict)
-    states: dict[TopicPartition, znodes.PartitionState] = field(default_factory=dict)
-    state_versions: dict[TopicPartition, int] = field(default_factory=dict)
-    deleting: set[str] = field(default_factory=set)
-
-    def live_ids(self) -> set[int]:
-        """Live brokers that are not shutting down (eligible as leaders)."""
-        return set(self.live_brokers) - self.shutting_down
-
-    def live_or_shutting_down(self) -> set[int]:
-        return set(self.live_brokers)
-
-    def partitions_of(self, topic: str) -> list[TopicPartition]:
-        return sorted(tp for tp in self.assignments if tp.topic == topic)
-
-    def topics(self) -> list[str]:
-        return sorted(self.topic_ids)
 
 
 class Controller:
@@ -374,7 +345,7 @@ class Controller:
             for broker_id in dead:
                 self._channel.remove_broker(broker_id)
             for broker_id in sorted(new):
-                host, port = self._address(ctx.live_brokers[broker_id])
+                host, port = ControllerContext.address(ctx.live_brokers[broker_id])
                 self._channel.add_broker(broker_id, host, port)
         return new, dead
 
@@ -400,35 +371,13 @@ class Controller:
             self._overrides[name] = dict(await self.zk.get_topic_config(name))
 
     # ======================================================================================
-    # requests to brokers
+    # requests to brokers (built in requests.py, delivered in order by the channel)
     # ======================================================================================
 
-    @staticmethod
-    def _address(node: znodes.BrokerIdZNode) -> tuple[str, int]:
-        endpoints = node.parsed_endpoints
-        if endpoints:
-            return endpoints[0].host, endpoints[0].port
-        return node.host or "127.0.0.1", node.port
-
-    def _send(self, broker_id: int, api: tuple[int, int], request: Any) -> None:
+    def _deliver(self, outgoing: list[Outgoing]) -> None:
         if self._channel is not None:
-            self._channel.send(broker_id, api[0], api[1], request)
-
-    def _partition_state_entry(self, tp: TopicPartition, *, is_new: bool = False) -> Any:
-        st = self.ctx.states[tp]
-        a = self.ctx.assignments[tp]
-        return ib.LeaderAndIsrPartitionState(
-            partition_index=tp.partition,
-            controller_epoch=st.controller_epoch,
-            leader=st.leader,
-            leader_epoch=st.leader_epoch,
-            isr=tuple(st.isr),
-            partition_epoch=self.ctx.state_versions.get(tp, 0),
-            replicas=a.replicas,
-            adding_replicas=a.adding,
-            removing_replicas=a.removing,
-            is_new=is_new,
-        )
+            for broker_id, (api_key, version), request in outgoing:
+                self._channel.send(broker_id, api_key, version, request)
 
     def _send_leader_and_isr(
         self,
@@ -438,79 +387,18 @@ class Controller:
         exclude: Iterable[int] = (),
         new: Iterable[TopicPartition] = (),
     ) -> None:
-        """LeaderAndIsr for ``partitions`` to their live replicas (optionally limited)."""
-        ctx = self.ctx
-        only_set = set(only) if only is not None else None
-        excluded = set(exclude)
-        new_set = set(new)
-        per_broker: dict[int, dict[str, list[Any]]] = {}
-        for tp in partitions:
-            if tp not in ctx.states or tp not in ctx.assignments:
-                continue
-            for r in ctx.assignments[tp].replicas:
-                if r not in ctx.live_brokers or r in excluded:
-                    continue
-                if only_set is not None and r not in only_set:
-                    continue
-                per_broker.setdefault(r, {}).setdefault(tp.topic, []).append(
-                    self._partition_state_entry(tp, is_new=tp in new_set)
-                )
-        for broker_id, topics in per_broker.items():
-            leaders = {
-                ctx.states[TopicPartition(t, p.partition_index)].leader
-                for t, ps in topics.items()
-                for p in ps
-            }
-            live_leaders = []
-            for leader in sorted(leaders):
-                node = ctx.live_brokers.get(leader)
-                if node is not None:
-                    host, port = self._address(node)
-                    live_leaders.append(
-                        ib.LeaderAndIsrLiveLeader(broker_id=leader, host_name=host, port=port)
-                    )
-            request = ib.LeaderAndIsrRequest(
-                controller_id=self.broker_id,
-                controller_epoch=ctx.epoch,
-                broker_epoch=ctx.broker_epochs.get(broker_id, -1),
-                type_=0,
-                topic_states=tuple(
-                    ib.LeaderAndIsrTopicState(
-                        topic_name=t, topic_id=ctx.topic_ids.get(t), partition_states=tuple(ps)
-                    )
-                    for t, ps in sorted(topics.items())
-                ),
-                live_leaders=tuple(live_leaders),
+        self._deliver(
+            leader_and_isr_requests(
+                self.ctx, self.broker_id, partitions, only=only, exclude=exclude, new=new
             )
-            self._send(broker_id, LEADER_AND_ISR, request)
+        )
 
     def _send_stop_replica(
         self, broker_id: int, partitions: Iterable[TopicPartition], *, delete: bool
     ) -> None:
-        if broker_id not in self.ctx.live_brokers:
-            return
-        topics: dict[str, list[Any]] = {}
-        for tp in partitions:
-            st = self.ctx.states.get(tp)
-            topics.setdefault(tp.topic, []).append(
-                ib.StopReplicaPartitionState(
-                    partition_index=tp.partition,
-                    leader_epoch=-2 if delete else (st.leader_epoch if st else -1),
-                    delete_partition=delete,
-                )
-            )
-        if not topics:
-            return
-        request = ib.StopReplicaRequest(
-            controller_id=self.broker_id,
-            controller_epoch=self.ctx.epoch,
-            broker_epoch=self.ctx.broker_epochs.get(broker_id, -1),
-            topic_states=tuple(
-                ib.StopReplicaTopicState(topic_name=t, partition_states=tuple(ps))
-                for t, ps in sorted(topics.items())
-            ),
+        self._deliver(
+            stop_replica_requests(self.ctx, self.broker_id, broker_id, partitions, delete=delete)
         )
-        self._send(broker_id, STOP_REPLICA, request)
 
     def _send_update_metadata(
         self,
@@ -519,68 +407,11 @@ class Controller:
         deleted: Iterable[TopicPartition] = (),
         brokers: Iterable[int] | None = None,
     ) -> None:
-        """UpdateMetadata with ``partitions`` (None: all) to ``brokers`` (None: all live)."""
-        ctx = self.ctx
-        live = ctx.live_or_shutting_down()
-        wanted = sorted(ctx.states) if partitions is None else sorted(set(partitions))
-        topics: dict[str, list[Any]] = {}
-        for tp in wanted:
-            st = ctx.states.get(tp)
-            a = ctx.assignments.get(tp)
-            if st is None or a is None:
-                continue
-            topics.setdefault(tp.topic, []).append(
-                ib.UpdateMetadataPartitionState(
-                    partition_index=tp.partition,
-                    controller_epoch=st.controller_epoch,
-                    leader=st.leader if st.leader in live else NO_LEADER,
-                    leader_epoch=st.leader_epoch,
-                    isr=tuple(st.isr),
-                    zk_version=ctx.state_versions.get(tp, 0),
-                    replicas=a.replicas,
-                    offline_replicas=tuple(r for r in a.replicas if r not in live),
-                )
+        self._deliver(
+            update_metadata_requests(
+                self.ctx, self.broker_id, partitions, deleted=deleted, brokers=brokers
             )
-        for tp in deleted:
-            topics.setdefault(tp.topic, []).append(
-                ib.UpdateMetadataPartitionState(
-                    partition_index=tp.partition,
-                    controller_epoch=ctx.epoch,
-                    leader=LEADER_DURING_DELETE,
-                    leader_epoch=0,
-                    isr=(),
-                    zk_version=0,
-                    replicas=(),
-                    offline_replicas=(),
-                )
-            )
-        live_brokers = []
-        for broker_id, node in sorted(ctx.live_brokers.items()):
-            endpoints = tuple(
-                ib.UpdateMetadataEndpoint(
-                    port=e.port, host=e.host, listener=e.listener, security_protocol=PLAINTEXT
-                )
-                for e in node.parsed_endpoints
-            )
-            live_brokers.append(
-                ib.UpdateMetadataBroker(id=broker_id, endpoints=endpoints, rack=node.rack)
-            )
-        for broker_id in sorted(ctx.live_brokers if brokers is None else brokers):
-            request = ib.UpdateMetadataRequest(
-                controller_id=self.broker_id,
-                controller_epoch=ctx.epoch,
-                broker_epoch=ctx.broker_epochs.get(broker_id, -1),
-                topic_states=tuple(
-                    ib.UpdateMetadataTopicState(
-                        topic_name=t,
-                        topic_id=ctx.topic_ids.get(t),
-                        partition_states=tuple(ps),
-                    )
-                    for t, ps in sorted(topics.items())
-                ),
-                live_brokers=tuple(live_brokers),
-            )
-            self._send(broker_id, UPDATE_METADATA, request)
+        )
 
     # ======================================================================================
     # partition state writes and elections
@@ -1354,17 +1185,14 @@ class Controller:
     async def set_topic_overrides(
         self, name: str, overrides: dict[str, str], *, validate_only: bool = False
     ) -> None:
-        self._require_active()
+        """Replace a topic's overrides. Any broker may do this (as ZooKeeper-mode Kafka): the
+        znode write publishes a ``/config/changes`` notification every broker follows."""
         clean = validate_configs(dict(overrides))
         if validate_only:
             return
-
-        async def work() -> None:
-            await self.zk.set_topic_config(name, clean)
-            self._overrides[name] = clean
-            self.replica_manager.update_log_config(name, self.log_config_for(name))
-
-        await self._call(work)
+        await self.zk.set_topic_config(name, clean)
+        self._overrides[name] = clean
+        self.replica_manager.update_log_config(name, self.log_config_for(name))
 
     async def _on_config_changes(self, names: list[str]) -> None:
         fresh = [n for n in names if n not in self._seen_config_changes]

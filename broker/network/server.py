@@ -131,6 +131,7 @@ class KafkaServer:
         self.port = port
         self._handler = handler
         self._listener = listener_name
+        self._stopping = False
         self._max_request_bytes = max_request_bytes
         self._max_queued = max_queued_requests
         self._idle_timeout_s = idle_timeout_s
@@ -139,6 +140,7 @@ class KafkaServer:
         self._next_id = 0
 
     async def start(self) -> None:
+        self._stopping = False
         self._server = await asyncio.start_server(
             self._serve, self.host, self.port, reuse_address=True, limit=2**20
         )
@@ -148,6 +150,7 @@ class KafkaServer:
 
     async def stop(self) -> None:
         """Stop accepting, then close every connection."""
+        self._stopping = True
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
@@ -185,9 +188,16 @@ class KafkaServer:
             pass
         except CloseConnection as exc:
             log.info("closing connection %s: %s", info.peer, exc)
+        except asyncio.CancelledError:
+            # stop() cancels connections; end normally (Python 3.11's stream callback
+            # would otherwise log every cancelled connection task as an error)
+            if not self._stopping:
+                raise
         finally:
             with contextlib.suppress(asyncio.QueueFull):
                 queue.put_nowait(None)
+            if self._stopping:
+                writer_task.cancel()
             if not writer_task.done():
                 try:
                     await asyncio.wait_for(asyncio.shield(writer_task), 30)

@@ -492,8 +492,8 @@ class ReplicaManager:
     def _record_follower_fetch(self, partition: Partition, replica_id: int, offset: int) -> None:
         """A follower fetching at ``offset`` has everything before it: move the HW, and
         propose adding the follower back to the ISR once it has caught up."""
-        if replica_id not in partition.replicas:
-            return
+        if replica_id not in partition.replicas or offset > partition.log.log_end_offset:
+            return  # not a replica, or a diverged follower about to learn it must truncate
         if partition.update_follower_leo(replica_id, offset, self.clock.time_ms()):
             self.notify_high_watermark(partition.tp)
         expanded = partition.isr_to_expand()

@@ -1,0 +1,58 @@
+"""The active controller's in-memory view of the cluster (Kafka's ControllerContext).
+
+Filled from ZooKeeper when a broker becomes controller and kept current by the controller's
+events: live brokers with their epochs (the czxid of ``/brokers/ids/<id>``, which tells a
+restarted broker from the old one), brokers in controlled shutdown, topic ids and the
+version of each topic znode, every partition's replica assignment (with in-flight
+reassignment) and its leader/ISR state with the version of its state znode (for conditional
+updates), and the topics being deleted.
+
+Concurrency: owned by the controller's event task; only events read or change it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from broker.controller import znodes
+from broker.controller.reassignment import ReplicaAssignment
+from broker.types import TopicPartition
+
+
+@dataclass(slots=True)
+class ControllerContext:
+    """What the active controller knows (Kafka's ControllerContext)."""
+
+    epoch: int = 0
+    epoch_zk_version: int = 0
+    live_brokers: dict[int, znodes.BrokerIdZNode] = field(default_factory=dict)
+    broker_epochs: dict[int, int] = field(default_factory=dict)
+    shutting_down: set[int] = field(default_factory=set)
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    topic_versions: dict[str, int] = field(default_factory=dict)
+    assignments: dict[TopicPartition, ReplicaAssignment] = field(default_factory=dict)
+    states: dict[TopicPartition, znodes.PartitionState] = field(default_factory=dict)
+    state_versions: dict[TopicPartition, int] = field(default_factory=dict)
+    deleting: set[str] = field(default_factory=set)
+
+    def live_ids(self) -> set[int]:
+        """Live brokers that are not shutting down (eligible as leaders)."""
+        return set(self.live_brokers) - self.shutting_down
+
+    def live_or_shutting_down(self) -> set[int]:
+        return set(self.live_brokers)
+
+    def partitions_of(self, topic: str) -> list[TopicPartition]:
+        return sorted(tp for tp in self.assignments if tp.topic == topic)
+
+    def topics(self) -> list[str]:
+        return sorted(self.topic_ids)
+
+    @staticmethod
+    def address(node: znodes.BrokerIdZNode) -> tuple[str, int]:
+        """The (host, port) of a broker's first advertised endpoint."""
+        endpoints = node.parsed_endpoints
+        if endpoints:
+            return endpoints[0].host, endpoints[0].port
+        return node.host or "127.0.0.1", node.port

@@ -1,0 +1,215 @@
+"""Building the controller's requests to brokers from the controller context.
+
+LeaderAndIsr (v5) goes to the live replicas of the partitions whose leadership or replica
+set changed, one request per broker with the leaders' addresses; StopReplica (v3) stops (and
+optionally deletes) replicas on one broker; UpdateMetadata (v7) carries every live broker
+and the changed partitions (leader -1 when the leader is not live, the replicas that are
+offline), and marks deleted topics with leader -2 (``LeaderDuringDelete``). Every request
+carries the controller id and epoch and the target broker's epoch.
+
+Pure functions: they read the context and return ``(broker_id, (api_key, version),
+request)`` triples for the controller's channel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from broker.controller.context import ControllerContext
+from broker.protocol import interbroker as _interbroker
+from broker.types import TopicPartition
+
+# kio-style message classes take kio's NewTypes (i32, BrokerId, ...); built from plain ints
+ib: Any = _interbroker
+
+LEADER_AND_ISR = (4, 5)
+STOP_REPLICA = (5, 3)
+UPDATE_METADATA = (6, 7)
+NO_LEADER = -1
+LEADER_DURING_DELETE = -2
+PLAINTEXT = 0
+
+Outgoing = tuple[int, tuple[int, int], Any]
+
+
+def _partition_state_entry(ctx: ControllerContext, tp: TopicPartition, *, is_new: bool) -> Any:
+    st = ctx.states[tp]
+    a = ctx.assignments[tp]
+    return ib.LeaderAndIsrPartitionState(
+        partition_index=tp.partition,
+        controller_epoch=st.controller_epoch,
+        leader=st.leader,
+        leader_epoch=st.leader_epoch,
+        isr=tuple(st.isr),
+        partition_epoch=ctx.state_versions.get(tp, 0),
+        replicas=a.replicas,
+        adding_replicas=a.adding,
+        removing_replicas=a.removing,
+        is_new=is_new,
+    )
+
+
+def leader_and_isr_requests(
+    ctx: ControllerContext,
+    controller_id: int,
+    partitions: Iterable[TopicPartition],
+    *,
+    only: Iterable[int] | None = None,
+    exclude: Iterable[int] = (),
+    new: Iterable[TopicPartition] = (),
+) -> list[Outgoing]:
+    """LeaderAndIsr for ``partitions`` to their live replicas (optionally limited)."""
+    out: list[Outgoing] = []
+    only_set = set(only) if only is not None else None
+    excluded = set(exclude)
+    new_set = set(new)
+    per_broker: dict[int, dict[str, list[Any]]] = {}
+    for tp in partitions:
+        if tp not in ctx.states or tp not in ctx.assignments:
+            continue
+        for r in ctx.assignments[tp].replicas:
+            if r not in ctx.live_brokers or r in excluded:
+                continue
+            if only_set is not None and r not in only_set:
+                continue
+            per_broker.setdefault(r, {}).setdefault(tp.topic, []).append(
+                _partition_state_entry(ctx, tp, is_new=tp in new_set)
+            )
+    for broker_id, topics in per_broker.items():
+        leaders = {
+            ctx.states[TopicPartition(t, p.partition_index)].leader
+            for t, ps in topics.items()
+            for p in ps
+        }
+        live_leaders = []
+        for leader in sorted(leaders):
+            node = ctx.live_brokers.get(leader)
+            if node is not None:
+                host, port = ctx.address(node)
+                live_leaders.append(
+                    ib.LeaderAndIsrLiveLeader(broker_id=leader, host_name=host, port=port)
+                )
+        request = ib.LeaderAndIsrRequest(
+            controller_id=controller_id,
+            controller_epoch=ctx.epoch,
+            broker_epoch=ctx.broker_epochs.get(broker_id, -1),
+            type_=0,
+            topic_states=tuple(
+                ib.LeaderAndIsrTopicState(
+                    topic_name=t, topic_id=ctx.topic_ids.get(t), partition_states=tuple(ps)
+                )
+                for t, ps in sorted(topics.items())
+            ),
+            live_leaders=tuple(live_leaders),
+        )
+        out.append((broker_id, LEADER_AND_ISR, request))
+    return out
+
+
+def stop_replica_requests(
+    ctx: ControllerContext,
+    controller_id: int,
+    broker_id: int,
+    partitions: Iterable[TopicPartition],
+    *,
+    delete: bool,
+) -> list[Outgoing]:
+    """StopReplica of ``partitions`` for one live broker (deleting the logs if asked)."""
+    if broker_id not in ctx.live_brokers:
+        return []
+    topics: dict[str, list[Any]] = {}
+    for tp in partitions:
+        st = ctx.states.get(tp)
+        topics.setdefault(tp.topic, []).append(
+            ib.StopReplicaPartitionState(
+                partition_index=tp.partition,
+                leader_epoch=-2 if delete else (st.leader_epoch if st else -1),
+                delete_partition=delete,
+            )
+        )
+    if not topics:
+        return []
+    request = ib.StopReplicaRequest(
+        controller_id=controller_id,
+        controller_epoch=ctx.epoch,
+        broker_epoch=ctx.broker_epochs.get(broker_id, -1),
+        topic_states=tuple(
+            ib.StopReplicaTopicState(topic_name=t, partition_states=tuple(ps))
+            for t, ps in sorted(topics.items())
+        ),
+    )
+    return [(broker_id, STOP_REPLICA, request)]
+
+
+def update_metadata_requests(
+    ctx: ControllerContext,
+    controller_id: int,
+    partitions: Iterable[TopicPartition] | None,
+    *,
+    deleted: Iterable[TopicPartition] = (),
+    brokers: Iterable[int] | None = None,
+) -> list[Outgoing]:
+    """UpdateMetadata with ``partitions`` (None: all) to ``brokers`` (None: all live)."""
+    out: list[Outgoing] = []
+    live = ctx.live_or_shutting_down()
+    wanted = sorted(ctx.states) if partitions is None else sorted(set(partitions))
+    topics: dict[str, list[Any]] = {}
+    for tp in wanted:
+        st = ctx.states.get(tp)
+        a = ctx.assignments.get(tp)
+        if st is None or a is None:
+            continue
+        topics.setdefault(tp.topic, []).append(
+            ib.UpdateMetadataPartitionState(
+                partition_index=tp.partition,
+                controller_epoch=st.controller_epoch,
+                leader=st.leader if st.leader in live else NO_LEADER,
+                leader_epoch=st.leader_epoch,
+                isr=tuple(st.isr),
+                zk_version=ctx.state_versions.get(tp, 0),
+                replicas=a.replicas,
+                offline_replicas=tuple(r for r in a.replicas if r not in live),
+            )
+        )
+    for tp in deleted:
+        topics.setdefault(tp.topic, []).append(
+            ib.UpdateMetadataPartitionState(
+                partition_index=tp.partition,
+                controller_epoch=ctx.epoch,
+                leader=LEADER_DURING_DELETE,
+                leader_epoch=0,
+                isr=(),
+                zk_version=0,
+                replicas=(),
+                offline_replicas=(),
+            )
+        )
+    live_brokers = []
+    for broker_id, node in sorted(ctx.live_brokers.items()):
+        endpoints = tuple(
+            ib.UpdateMetadataEndpoint(
+                port=e.port, host=e.host, listener=e.listener, security_protocol=PLAINTEXT
+            )
+            for e in node.parsed_endpoints
+        )
+        live_brokers.append(
+            ib.UpdateMetadataBroker(id=broker_id, endpoints=endpoints, rack=node.rack)
+        )
+    for broker_id in sorted(ctx.live_brokers if brokers is None else brokers):
+        request = ib.UpdateMetadataRequest(
+            controller_id=controller_id,
+            controller_epoch=ctx.epoch,
+            broker_epoch=ctx.broker_epochs.get(broker_id, -1),
+            topic_states=tuple(
+                ib.UpdateMetadataTopicState(
+                    topic_name=t,
+                    topic_id=ctx.topic_ids.get(t),
+                    partition_states=tuple(ps),
+                )
+                for t, ps in sorted(topics.items())
+            ),
+            live_brokers=tuple(live_brokers),
+        )
+        out.append((broker_id, UPDATE_METADATA, request))
+    return out
