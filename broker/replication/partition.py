@@ -253,7 +253,10 @@ class Partition:
             if r == self.broker_id
             or (
                 (state := self.followers.get(r)) is not None
-                and now_ms - state.last_caught_up_ms <= max_lag_ms
+                and (
+                    state.leo == self.log.log_end_offset
+                    or now_ms - state.last_caught_up_ms <= max_lag_ms
+                )
             )
         )
         return keep if len(keep) < len(self.isr) else None

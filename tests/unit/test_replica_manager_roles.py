@@ -1,0 +1,446 @@
+"""The replica manager's replication paths (broker/replication/replica_manager.py):
+LeaderAndIsr and StopReplica handling with controller-epoch and leader-epoch fencing, replica
+fetches moving the high watermark, acks=all produce and min.insync.replicas.
+
+Real logs in ``tmp_path`` and a ManualClock; the follower fetchers are replaced by a
+recording fake so no network task is started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from broker.clock import ManualClock
+from broker.config import BrokerConfig, LogConfig
+from broker.log.log_manager import LogManager
+from broker.protocol import records
+from broker.protocol.errors import ErrorCode
+from broker.replication.replica_manager import (
+    FetchRequestPartition,
+    FetchResult,
+    PartitionStateSpec,
+    ReplicaManager,
+)
+from broker.types import TopicPartition
+
+pytestmark = pytest.mark.unit
+
+NOW = 1_700_000_000_000
+TP = TopicPartition("orders", 0)
+TP2 = TopicPartition("orders", 1)
+LAG_MS = 10_000
+LEADER_ADDRESSES = {2: ("127.0.0.1", 19092), 3: ("127.0.0.1", 19093)}
+
+T = TypeVar("T")
+
+
+class RecordingFetchers:
+    """Stands in for ReplicaFetcherManager: remembers which leader each partition follows."""
+
+    def __init__(self) -> None:
+        self.following: dict[TopicPartition, tuple[int, tuple[str, int], int]] = {}
+        self.removed: list[TopicPartition] = []
+
+    def add_partition(
+        self, tp: TopicPartition, leader_id: int, address: tuple[str, int], leader_epoch: int
+    ) -> None:
+        self.following[tp] = (leader_id, address, leader_epoch)
+
+    def remove_partition(self, tp: TopicPartition) -> None:
+        self.removed.append(tp)
+        self.following.pop(tp, None)
+
+    def fetching(self) -> dict[TopicPartition, int]:
+        return {tp: leader for tp, (leader, _, _) in self.following.items()}
+
+    async def shutdown(self) -> None:
+        self.following.clear()
+
+
+class Broker:
+    """Broker 1's replica manager over one log dir."""
+
+    def __init__(self, tmp_path: Path, log_config: LogConfig | None = None) -> None:
+        self.clock = ManualClock(NOW)
+        self.log_config = log_config or LogConfig()
+        log_dir = tmp_path / "logs"
+        self.config = BrokerConfig(
+            {
+                "broker.id": "1",
+                "log.dirs": str(log_dir),
+                "replica.lag.time.max.ms": str(LAG_MS),
+            }
+        )
+        self.log_manager = LogManager([log_dir], self.log_config, clock=self.clock, broker_id=1)
+        self.log_manager.startup(lambda _topic: self.log_config)
+        self.rm = ReplicaManager(self.config, self.log_manager, clock=self.clock, broker_id=1)
+        self.fetchers = RecordingFetchers()
+        self.rm.fetchers = self.fetchers  # type: ignore[assignment]
+
+    def apply(
+        self, controller_epoch: int, *specs: PartitionStateSpec
+    ) -> dict[TopicPartition, ErrorCode]:
+        return self.rm.become_leader_or_follower(
+            controller_epoch, specs, LEADER_ADDRESSES, lambda _topic: self.log_config
+        )
+
+
+def _spec(
+    leader: int,
+    epoch: int,
+    isr: tuple[int, ...] = (1, 2),
+    replicas: tuple[int, ...] = (1, 2),
+    tp: TopicPartition = TP,
+    zk_version: int = 0,
+) -> PartitionStateSpec:
+    return PartitionStateSpec(tp, leader, epoch, isr, replicas, zk_version)
+
+
+def _records(n: int) -> bytes:
+    return records.encode_batch(
+        [records.SimpleRecord(b"value-%d" % i, b"k", NOW) for i in range(n)]
+    )
+
+
+def _run(coro_fn: Callable[[], Awaitable[T]]) -> T:
+    async def main() -> T:
+        return await coro_fn()
+
+    return asyncio.run(main())
+
+
+async def _produce(
+    rm: ReplicaManager, n: int, acks: int, tp: TopicPartition = TP, timeout_ms: int = 5_000
+) -> tuple[ErrorCode, int]:
+    result = (
+        await rm.append_records({tp: _records(n)}, required_acks=acks, timeout_ms=timeout_ms)
+    )[tp]
+    return result.error, result.base_offset
+
+
+async def _fetch(
+    rm: ReplicaManager, offset: int, *, replica_id: int = -1, tp: TopicPartition = TP
+) -> FetchResult:
+    [result] = await rm.fetch(
+        [FetchRequestPartition(tp, offset, 1 << 20)],
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        replica_id=replica_id,
+    )
+    return result
+
+
+def _last_offset(result: FetchResult) -> int | None:
+    return None if result.slice is None else result.slice.last_offset
+
+
+# --- LeaderAndIsr -----------------------------------------------------------------------------
+
+
+def test_become_leader(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    assert b.apply(1, _spec(leader=1, epoch=3)) == {TP: ErrorCode.none}
+    p = b.rm.partitions[TP]
+    assert p.is_leader and p.leader_epoch == 3 and p.isr == (1, 2)
+    assert p.log.leader_epoch_cache.latest_entry == (3, 0)
+    assert b.fetchers.fetching() == {}
+    assert b.rm.leaders_and_followers() == ([TP], [])
+
+
+def test_become_follower_registers_with_the_fetchers(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    assert b.apply(1, _spec(leader=2, epoch=3)) == {TP: ErrorCode.none}
+    p = b.rm.partitions[TP]
+    assert not p.is_leader and p.leader_id == 2 and p.leader_epoch == 3
+    assert b.fetchers.following == {TP: (2, LEADER_ADDRESSES[2], 3)}
+    assert b.rm.leaders_and_followers() == ([], [TP])
+    # a follower does not serve produce or consumer fetches
+    error, _ = _run(lambda: _produce(b.rm, 1, acks=1))
+    assert error == ErrorCode.not_leader_or_follower
+    assert _run(lambda: _fetch(b.rm, 0)).error == ErrorCode.not_leader_or_follower
+
+
+def test_follower_to_leader_and_back(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    b.apply(1, _spec(leader=2, epoch=1))
+    assert b.apply(1, _spec(leader=1, epoch=2)) == {TP: ErrorCode.none}
+    assert b.rm.partitions[TP].is_leader
+    assert TP not in b.fetchers.following  # no longer fetching from broker 2
+    error, offset = _run(lambda: _produce(b.rm, 2, acks=1))
+    assert (error, offset) == (ErrorCode.none, 0)
+    assert b.apply(1, _spec(leader=3, epoch=3, replicas=(1, 2, 3))) == {TP: ErrorCode.none}
+    assert b.fetchers.following == {TP: (3, LEADER_ADDRESSES[3], 3)}
+    assert not b.rm.partitions[TP].is_leader
+
+
+def test_request_from_an_older_controller_epoch_changes_nothing(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    b.apply(5, _spec(leader=1, epoch=2))
+    results = b.apply(4, _spec(leader=2, epoch=3), _spec(leader=2, epoch=0, tp=TP2))
+    assert results == {
+        TP: ErrorCode.stale_controller_epoch,
+        TP2: ErrorCode.stale_controller_epoch,
+    }
+    p = b.rm.partitions[TP]
+    assert p.is_leader and p.leader_epoch == 2
+    assert TP2 not in b.rm.partitions
+    assert b.log_manager.get_log(TP2) is None
+    assert b.fetchers.following == {}
+    assert b.rm.controller_epoch == 5
+    # StopReplica from the stale controller is ignored too
+    assert b.rm.stop_replicas(4, [(TP, True)]) == {TP: ErrorCode.stale_controller_epoch}
+    assert TP in b.rm.partitions and p.log.dir.exists()
+
+
+def test_partition_state_with_an_older_leader_epoch_is_ignored(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    b.apply(1, _spec(leader=1, epoch=5), _spec(leader=1, epoch=5, tp=TP2))
+    results = b.apply(1, _spec(leader=2, epoch=4), _spec(leader=2, epoch=6, tp=TP2))
+    assert results[TP] == ErrorCode.stale_controller_epoch  # what Kafka answers
+    assert results[TP2] == ErrorCode.none  # the rest of the request still applies
+    p = b.rm.partitions[TP]
+    assert p.is_leader and p.leader_epoch == 5
+    assert b.fetchers.fetching() == {TP2: 2}
+
+
+def test_partition_not_assigned_here_is_refused(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    results = b.apply(1, _spec(leader=2, epoch=0, isr=(2, 3), replicas=(2, 3)))
+    assert results == {TP: ErrorCode.unknown_topic_or_partition}
+    assert TP not in b.rm.partitions
+
+
+# --- replica fetches and the high watermark ------------------------------------------------------
+
+
+def test_replica_fetch_reads_past_the_hw_and_moves_it(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    b.apply(1, _spec(leader=1, epoch=0))
+    p = b.rm.partitions[TP]
+
+    async def scenario() -> None:
+        assert await _produce(b.rm, 3, acks=1) == (ErrorCode.none, 0)
+        assert await _produce(b.rm, 2, acks=1) == (ErrorCode.none, 3)
+        assert p.high_watermark == 0  # follower 2 is in the ISR and has nothing yet
+
+        consumer = await _fetch(b.rm, 0)
+        assert consumer.error == ErrorCode.none
+        assert consumer.slice is None and consumer.high_watermark == 0
+
+        follower = await _fetch(b.rm, 0, replica_id=2)
+        assert follower.error == ErrorCode.none
+        assert _last_offset(follower) == 4  # up to the log end, beyond the HW
+        assert follower.high_watermark == 0
+
+        follower = await _fetch(b.rm, 3, replica_id=2)  # has 0..2 now
+        assert p.replica_leos[2] == 3
+        assert follower.high_watermark == 3
+        assert _last_offset(follower) == 4
+
+        consumer = await _fetch(b.rm, 0)
+        assert consumer.high_watermark == 3
+        assert _last_offset(consumer) == 2  # whole batches below the HW only
+
+        await _fetch(b.rm, 5, replica_id=2)
+        assert p.high_watermark == 5
+        consumer = await _fetch(b.rm, 3)
+        assert _last_offset(consumer) == 4
+
+    _run(scenario)
+
+
+def test_fetch_from_a_broker_that_is_not_a_replica_does_not_move_the_hw(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    b.apply(1, _spec(leader=1, epoch=0))
+
+    async def scenario() -> None:
+        await _produce(b.rm, 3, acks=1)
+        await _fetch(b.rm, 3, replica_id=9)
+        assert b.rm.partitions[TP].high_watermark == 0
+
+    _run(scenario)
+
+
+def test_caught_up_follower_is_added_back_to_the_isr(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    b.apply(1, _spec(leader=1, epoch=0, isr=(1,)))
+    p = b.rm.partitions[TP]
+
+    async def scenario() -> None:
+        await _produce(b.rm, 4, acks=1)
+        assert p.high_watermark == 4
+        await _fetch(b.rm, 2, replica_id=2)
+        assert p.isr == (1,)
+        await _fetch(b.rm, 4, replica_id=2)
+        assert p.isr == (1, 2)  # no alter_isr callback: committed at once
+
+    _run(scenario)
+
+
+def test_isr_changes_go_through_alter_isr_one_at_a_time(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    calls: list[tuple[TopicPartition, int, int, tuple[int, ...], int, int]] = []
+
+    async def scenario() -> None:
+        gate = asyncio.Event()
+
+        async def alter_isr(
+            tp: TopicPartition,
+            leader: int,
+            epoch: int,
+            isr: tuple[int, ...],
+            zk_version: int,
+            controller_epoch: int,
+        ) -> int | None:
+            calls.append((tp, leader, epoch, isr, zk_version, controller_epoch))
+            await gate.wait()
+            return zk_version + 1
+
+        b.rm._alter_isr = alter_isr
+        b.apply(7, _spec(leader=1, epoch=2, isr=(1,), replicas=(1, 2, 3), zk_version=4))
+        p = b.rm.partitions[TP]
+        b.rm.start()
+        try:
+            await _produce(b.rm, 2, acks=1)
+            await _fetch(b.rm, 2, replica_id=2)
+            assert p.pending_isr == (1, 2)
+            assert p.isr == (1,)  # not used before it is written
+            await _fetch(b.rm, 2, replica_id=3)  # caught up too, but a change is in flight
+            for _ in range(5):
+                await asyncio.sleep(0)
+            assert calls == [(TP, 1, 2, (1, 2), 4, 7)]
+            gate.set()
+            for _ in range(20):
+                await asyncio.sleep(0)
+                if p.pending_isr is None and p.isr == (1, 2):
+                    break
+            assert (p.isr, p.zk_version, p.pending_isr) == ((1, 2), 5, None)
+            await _fetch(b.rm, 2, replica_id=3)  # the next fetch proposes the next change
+            for _ in range(20):
+                await asyncio.sleep(0)
+                if p.isr == (1, 2, 3):
+                    break
+            assert p.isr == (1, 2, 3)
+            assert calls[-1] == (TP, 1, 2, (1, 2, 3), 5, 7)
+        finally:
+            await b.rm.shutdown()
+
+    _run(scenario)
+
+
+# --- acks=all produce -------------------------------------------------------------------------
+
+
+def test_acks_all_produce_waits_for_the_follower(tmp_path: Path) -> None:
+    b = Broker(tmp_path, LogConfig(min_insync_replicas=2))
+    b.apply(1, _spec(leader=1, epoch=0))
+
+    async def scenario() -> None:
+        produce = asyncio.create_task(_produce(b.rm, 3, acks=-1))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not produce.done()
+        assert b.rm.partitions[TP].log.log_end_offset == 3  # written, not yet acknowledged
+        await _fetch(b.rm, 2, replica_id=2)  # the follower has 0..1: not enough
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not produce.done()
+        await _fetch(b.rm, 3, replica_id=2)
+        assert await asyncio.wait_for(produce, 2) == (ErrorCode.none, 0)
+
+    _run(scenario)
+
+
+def test_acks_all_times_out_without_the_follower(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    b.apply(1, _spec(leader=1, epoch=0))
+    error, _ = _run(lambda: _produce(b.rm, 1, acks=-1, timeout_ms=50))
+    assert error == ErrorCode.request_timed_out
+
+
+def test_acks_all_below_min_insync_replicas_is_refused(tmp_path: Path) -> None:
+    b = Broker(tmp_path, LogConfig(min_insync_replicas=2))
+    b.apply(1, _spec(leader=1, epoch=0, isr=(1,)))
+    error, _ = _run(lambda: _produce(b.rm, 2, acks=-1))
+    assert error == ErrorCode.not_enough_replicas
+    assert b.rm.partitions[TP].log.log_end_offset == 0
+    error, _ = _run(lambda: _produce(b.rm, 2, acks=1))
+    assert error == ErrorCode.none
+
+
+def test_isr_shrinking_below_min_insync_while_waiting(tmp_path: Path) -> None:
+    b = Broker(tmp_path, LogConfig(min_insync_replicas=2))
+    b.apply(1, _spec(leader=1, epoch=0))
+    p = b.rm.partitions[TP]
+
+    async def scenario() -> None:
+        produce = asyncio.create_task(_produce(b.rm, 2, acks=-1))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not produce.done()
+        b.rm.maybe_shrink_isrs()
+        assert p.isr == (1, 2)  # within replica.lag.time.max.ms
+        b.clock.advance(LAG_MS + 1)
+        b.rm.maybe_shrink_isrs()  # follower 2 never fetched: out of the ISR
+        assert p.isr == (1,)
+        error, _ = await asyncio.wait_for(produce, 2)
+        assert error == ErrorCode.not_enough_replicas_after_append
+        assert p.log.log_end_offset == 2  # the records were written (and are committed)
+        assert p.high_watermark == 2
+
+    _run(scenario)
+
+
+def test_acks_all_answers_not_leader_when_leadership_moves_while_waiting(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    b.apply(1, _spec(leader=1, epoch=0))
+
+    async def scenario() -> None:
+        produce = asyncio.create_task(_produce(b.rm, 1, acks=-1))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        b.apply(1, _spec(leader=2, epoch=1))
+        error, _ = await asyncio.wait_for(produce, 2)
+        assert error == ErrorCode.not_leader_or_follower
+
+    _run(scenario)
+
+
+# --- StopReplica ------------------------------------------------------------------------------
+
+
+def test_stop_replica_with_delete_removes_the_log_directory(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    b.apply(1, _spec(leader=2, epoch=0))
+    b.apply(1, _spec(leader=1, epoch=0, tp=TP2))
+    _run(lambda: _produce(b.rm, 2, acks=1, tp=TP2))
+    follower_dir = b.rm.partitions[TP].log.dir
+    leader_dir = b.rm.partitions[TP2].log.dir
+    assert follower_dir.is_dir() and leader_dir.is_dir()
+
+    assert b.rm.stop_replicas(1, [(TP, True), (TP2, True)]) == {
+        TP: ErrorCode.none,
+        TP2: ErrorCode.none,
+    }
+    assert not follower_dir.exists() and not leader_dir.exists()
+    assert not any(d.name.startswith("orders-") for d in (tmp_path / "logs").iterdir())
+    assert b.rm.partitions == {}
+    assert b.log_manager.get_log(TP) is None and b.log_manager.get_log(TP2) is None
+    assert b.fetchers.following == {}
+
+
+def test_stop_replica_without_delete_keeps_the_log(tmp_path: Path) -> None:
+    b = Broker(tmp_path)
+    b.apply(1, _spec(leader=2, epoch=0))
+    directory = b.rm.partitions[TP].log.dir
+    assert b.rm.stop_replicas(1, [(TP, False)]) == {TP: ErrorCode.none}
+    assert TP not in b.rm.partitions
+    assert TP not in b.fetchers.following
+    assert directory.is_dir()
+    assert b.log_manager.get_log(TP) is not None
