@@ -48,10 +48,12 @@ demo: setup
 bench: setup
 	$(PY) bench/single_broker.py --records 1000000 --runs 3
 	$(PY) bench/spark_read_write.py --records 10000000
+	$(PY) bench/cluster.py --records 1000000 --runs 3 --kills 3
 
 bench-quick: setup
 	$(PY) bench/single_broker.py --records 200000 --runs 1 --out /tmp/millrace-bench-quick.md
 	$(PY) bench/spark_read_write.py --records 500000 --out /tmp/millrace-bench-quick.md
+	$(PY) bench/cluster.py --records 100000 --runs 1 --kills 1 --out /tmp/millrace-bench-quick.md
 
 cluster-up: setup
 	$(VENV)/bin/millrace cluster up --dir $(DIR) --brokers $(BROKERS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import sys
 from pathlib import Path
@@ -23,6 +24,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="override a broker property (repeatable)",
     )
     start.set_defaults(func=run)
+
+
+def _dump_tasks() -> None:
+    """SIGUSR1: log where every asyncio task is waiting (for diagnosing a stuck broker)."""
+    import asyncio
+    import io
+
+    for task in asyncio.all_tasks():
+        out = io.StringIO()
+        task.print_stack(limit=8, file=out)
+        logging.getLogger("broker.tasks").warning("%s", out.getvalue())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
         await Broker(config).run_until(stop)
 
     try:

@@ -155,9 +155,15 @@ class KafkaServer:
             self._server.close()
         for task in list(self._connections):
             task.cancel()
-        for task in list(self._connections):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        for _ in range(10):
+            # a connection task may miss one cancellation; cancel again until all are gone
+            pending = [t for t in self._connections if not t.done()]
+            if not pending:
+                break
+            await asyncio.wait(pending, timeout=0.5)
+            for task in pending:
+                if not task.done():
+                    task.cancel()
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
@@ -215,11 +221,14 @@ class KafkaServer:
         writer_task: asyncio.Task[None],
         inflight: _Inflight,
     ) -> None:
-        while not writer_task.done():
+        while not writer_task.done() and not self._stopping:
             # readexactly consumes nothing until all 4 bytes are there, so a timeout never
-            # loses part of a frame; a connection is idle only with no request in flight
+            # loses part of a frame; a connection is idle only with no request in flight.
+            # (asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow the
+            # cancellation stop() sends when the read completes at the same moment.)
             try:
-                prefix = await asyncio.wait_for(reader.readexactly(4), self._idle_timeout_s)
+                async with asyncio.timeout(self._idle_timeout_s):
+                    prefix = await reader.readexactly(4)
             except TimeoutError:
                 if inflight.count:
                     continue
