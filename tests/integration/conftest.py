@@ -99,15 +99,32 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands to outgoing connections (ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port_range(count: int) -> int:
-    """The first of ``count`` consecutive free ports on 127.0.0.1 (none handed out before)."""
+    """The first of ``count`` consecutive free ports on 127.0.0.1 (none handed out before).
+
+    Taken below the kernel's ephemeral range: a port in it that is free now can become the
+    local port of some outgoing connection (a client of the cluster just started) before
+    the broker binds it."""
     if count <= 1:
         return free_port()
-    for _ in range(200):
-        first = free_port()
-        rest = range(first + 1, first + count)
-        if first + count <= 65535 and all(p not in _handed_out and port_is_free(p) for p in rest):
-            _handed_out.update(rest)
+    import random
+
+    high = min(_ephemeral_low(), 65536) - count
+    low = 10000 if high > 12000 else 1024
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(500):
+        first = rng.randrange(low, high)
+        ports = range(first, first + count)
+        if all(p not in _handed_out and port_is_free(p) for p in ports):
+            _handed_out.update(ports)
             return first
     raise RuntimeError(f"no {count} consecutive free ports found")
 

@@ -30,7 +30,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
 
 from broker.protocol import records as rec
 
@@ -46,6 +46,8 @@ FAULT_PROPS = {
     "zookeeper.session.timeout.ms": "6000",
     "replica.lag.time.max.ms": "5000",
     "min.insync.replicas": "2",
+    # the last broker of `cluster down` cannot hand its leadership to anyone: don't wait 3 x 5 s
+    "controlled.shutdown.retry.backoff.ms": "500",
 }
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault, pytest.mark.timeout(300)]
@@ -222,6 +224,19 @@ def check_identical_logs(c: Cluster, topic: str, partitions: int) -> None:
             next_offset = last + 1
 
 
+def controlled_stop(c: Cluster, broker_id: int) -> None:
+    """SIGTERM one broker (``cluster stop-broker``); it must exit by itself, cleanly (the
+    command falls back to SIGKILL after 60 s, which would not be a controlled shutdown)."""
+    started = time.monotonic()
+    c.stop_broker(hard=False, broker_id=broker_id)
+    took = time.monotonic() - started
+    markers = {d: (d / ".kafka_cleanshutdown").exists() for d in c.log_dirs(broker_id)}
+    assert took < 30 and all(markers.values()), (
+        f"broker {broker_id} did not exit cleanly on SIGTERM: took {took:.1f}s, "
+        f".kafka_cleanshutdown present per log dir {markers}"
+    )
+
+
 def leader_of(c: Cluster, topic: str, partition: int, not_in: tuple[int, ...] = ()) -> int:
     """Wait until the partition has a leader outside ``not_in``; return it."""
 
@@ -274,10 +289,7 @@ def test_controlled_shutdown_moves_leadership_first(
         led = [p for p, (leader, _r, _i) in current.items() if leader == victim]
         epochs = {p: partition_state(c, topic_name, p)["leader_epoch"] for p in led}
 
-        started = time.monotonic()
-        c.stop_broker(hard=False, broker_id=victim)
-        took = time.monotonic() - started
-        assert took < 30, f"controlled shutdown of broker {victim} took {took:.1f}s"
+        controlled_stop(c, victim)
         # the controller wrote the new leaders and ISRs before it let the broker exit
         for p in range(partitions):
             state = partition_state(c, topic_name, p)
@@ -307,7 +319,7 @@ def test_rolling_restart_under_load(
     try:
         producer.wait_progress(200, 60, "before the rolling restart")
         for b in BROKERS:
-            c.stop_broker(hard=False, broker_id=b)
+            controlled_stop(c, b)
             for p in range(partitions):
                 state = partition_state(c, topic_name, p)
                 assert state["leader"] != b and b not in state["isr"], (b, p, state)
@@ -324,8 +336,6 @@ def test_rolling_restart_under_load(
 def test_controller_sigkill_failover(
     cluster_factory: Callable[..., Cluster], topic_name: str
 ) -> None:
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import ElectionType
 
     c = start_cluster(cluster_factory, {"auto.leader.rebalance.enable": "false"})
     partitions = 3
@@ -367,8 +377,7 @@ def test_controller_sigkill_failover(
     futures = c.admin().client.elect_leaders(
         ElectionType.PREFERRED,
         [TopicPartition(topic_name, p) for p in preferred_by_old],
-        request_timeout=60,
-        operation_timeout=30,
+        # no timeout keywords: confluent-kafka 2.16's C binding rejects them (SystemError)
     )
     results = futures.result(timeout=90)
     failed = {f"{tp.topic}[{tp.partition}]": e for tp, e in results.items() if e is not None}
@@ -399,6 +408,7 @@ def test_kip101_leader_with_unreplicated_data(
             "zookeeper.session.timeout.ms": "10000",
             "replica.lag.time.max.ms": "60000",
             "min.insync.replicas": "1",
+            "controlled.shutdown.retry.backoff.ms": "500",
         },
         brokers=3,
     )

@@ -37,6 +37,8 @@ BROKERS = [1, 2, 3]
 FAST_FAILURE_PROPS = {
     "zookeeper.session.timeout.ms": "6000",
     "replica.lag.time.max.ms": "5000",
+    # the last broker of `cluster down` cannot hand its leadership to anyone: don't wait 3 x 5 s
+    "controlled.shutdown.retry.backoff.ms": "500",
 }
 NOT_ENOUGH_REPLICAS = 19
 
