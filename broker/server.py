@@ -46,6 +46,8 @@ from broker.replication.replica_manager import ReplicaManager
 from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)
+
+CONTROLLED_SHUTDOWN_DRAIN_S = 0.25
 # kio-style message classes take kio's NewTypes (i32, BrokerId, ...); built from plain ints
 ib: Any = _interbroker
 
@@ -299,6 +301,10 @@ class Broker:
             if remaining is not None and not remaining:
                 log.info("controlled shutdown of broker %d succeeded", self.broker_id)
                 await self._await_leadership_moved()
+                # keep answering a moment longer: clients in the middle of a request get
+                # NOT_LEADER_OR_FOLLOWER and new metadata from us, instead of a refused
+                # connection they would only recover from on their next periodic refresh
+                await asyncio.sleep(CONTROLLED_SHUTDOWN_DRAIN_S)
                 return
             if remaining:
                 log.warning(

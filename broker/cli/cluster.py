@@ -244,6 +244,12 @@ def broker_command(config_path: Path, log_level: str = BROKER_LOG_LEVEL) -> list
     ]
 
 
+# ZooKeeper expires sessions on tick boundaries: with a 500 ms tick a dead broker's session
+# ends within half a second of zookeeper.session.timeout.ms (ZooKeeper's default 2-3 s tick
+# adds up to a whole tick), which is what bounds failover after a hard kill.
+CLUSTER_ZK_TICK_MS = 500
+
+
 def zookeeper_command(port: int, data_dir: Path) -> list[str]:
     return [
         sys.executable,
@@ -257,6 +263,8 @@ def zookeeper_command(port: int, data_dir: Path) -> list[str]:
         str(data_dir),
         "--host",
         HOST,
+        "--tick-time",
+        str(CLUSTER_ZK_TICK_MS),
     ]
 
 
