@@ -61,13 +61,12 @@ from confluent_kafka.admin import AdminClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from single_broker import (
-    RECORD,
     ROOT,
     Phase,
-    cpu_seconds,
     free_port,
     machine,
     millrace,
+    produce,
     progress,
     replace_section,
 )
@@ -199,36 +198,7 @@ def wait_full_isr(admin: AdminClient, topic: str, timeout_s: float = 120.0) -> P
 
 def produce_all(bootstrap: str, topic: str, n: int, pids: list[int]) -> Phase:
     """``n`` records, acks=all, idempotent, linger.ms=5; CPU summed over ``pids``."""
-    p = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "queue.buffering.max.messages": 1_000_000,
-        }
-    )
-    failures: list[KafkaError] = []
-
-    def on_delivery(err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
-            failures.append(err)
-
-    cpu0, t0 = sum(cpu_seconds(pid) for pid in pids), time.perf_counter()
-    for i in range(n):
-        while True:
-            try:
-                p.produce(topic, RECORD, partition=0, on_delivery=on_delivery)
-                break
-            except BufferError:
-                p.poll(0.005)
-        if i % 50_000 == 0:
-            p.poll(0)
-            progress(f"  {topic}: produced {i:,}/{n:,}")
-    if p.flush(600) != 0 or failures:
-        raise SystemExit(f"{topic}: produce failed: {len(failures)} errors, e.g. {failures[:1]}")
-    seconds = time.perf_counter() - t0
-    return Phase(n, seconds, sum(cpu_seconds(pid) for pid in pids) - cpu0)
+    return produce(bootstrap, topic, n, pids, {"acks": "all", "enable.idempotence": True})
 
 
 # --------------------------------------------------------------------------- failover

@@ -97,13 +97,22 @@ def progress(text: str) -> None:
     sys.stderr.flush()
 
 
-def produce(bootstrap: str, topic: str, n: int, pid: int) -> Phase:
+def produce(
+    bootstrap: str,
+    topic: str,
+    n: int,
+    pids: list[int],
+    extra: dict[str, object] | None = None,
+) -> Phase:
+    """``n`` records of RECORD into partition 0 (linger.ms=5, acks=1 unless ``extra`` says
+    otherwise); broker CPU summed over ``pids``."""
     p = Producer(
         {
             "bootstrap.servers": bootstrap,
             "linger.ms": 5,
             "acks": 1,
             "queue.buffering.max.messages": 1_000_000,
+            **(extra or {}),
         }
     )
     failures: list[object] = []
@@ -112,21 +121,24 @@ def produce(bootstrap: str, topic: str, n: int, pid: int) -> Phase:
         if err is not None:
             failures.append(err)
 
-    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    def cpu() -> float:
+        return sum(cpu_seconds(pid) for pid in pids)
+
+    cpu0, t0 = cpu(), time.perf_counter()
     for i in range(n):
         while True:
             try:
-                p.produce(topic, RECORD, on_delivery=on_delivery)
+                p.produce(topic, RECORD, partition=0, on_delivery=on_delivery)
                 break
             except BufferError:
                 p.poll(0.005)
         if i % 50_000 == 0:
             p.poll(0)
-            progress(f"  produce {i:,}/{n:,}")
-    if p.flush(120) != 0 or failures:
-        raise SystemExit(f"produce failed: {len(failures)} errors, e.g. {failures[:1]}")
+            progress(f"  {topic}: produced {i:,}/{n:,}")
+    if p.flush(600) != 0 or failures:
+        raise SystemExit(f"{topic}: produce failed: {len(failures)} errors, e.g. {failures[:1]}")
     seconds = time.perf_counter() - t0
-    return Phase(n, seconds, cpu_seconds(pid) - cpu0)
+    return Phase(n, seconds, cpu() - cpu0)
 
 
 def consume(bootstrap: str, topic: str, n: int, pid: int) -> Phase:
@@ -197,7 +209,7 @@ def main() -> int:
                     "--replication-factor",
                     "1",
                 )
-                produced.append(produce(bootstrap, topic, args.records, pid))
+                produced.append(produce(bootstrap, topic, args.records, [pid]))
                 consumed.append(consume(bootstrap, topic, args.records, pid))
                 progress(
                     f"  run {run + 1}/{args.runs}: produce {produced[-1].rate:,.0f} rec/s, "

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.cli.reassign import ClusterClient, error_text
+from broker.cli.reassign import ClusterClient, add_connection_options, error_text
 from broker.cli.topics import CliError, resolve_bootstrap
 from broker.types import TopicPartition
 
@@ -176,18 +176,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def build_parser_into(p: argparse.ArgumentParser) -> None:
     """Add ``millrace elect-leaders``' options to ``p``."""
-    p.add_argument(
-        "--bootstrap-server",
-        metavar="HOST:PORT[,HOST:PORT]",
-        help="brokers to connect to (default: --dir's cluster.json, else $MILLRACE_BOOTSTRAP, "
-        "else 127.0.0.1:9092)",
-    )
-    p.add_argument(
-        "--dir", metavar="D", help="cluster directory of `millrace cluster up` (reads cluster.json)"
-    )
-    p.add_argument(
-        "--timeout", type=float, default=30.0, metavar="SECONDS", help="request timeout (30)"
-    )
+    add_connection_options(p)
     p.add_argument(
         "--election-type",
         type=election_type,

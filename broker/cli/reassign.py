@@ -460,8 +460,9 @@ def action_of(args: argparse.Namespace) -> str:
     return action
 
 
-def build_parser_into(p: argparse.ArgumentParser) -> None:
-    """Add ``millrace reassign``'s options to ``p``."""
+def add_connection_options(p: argparse.ArgumentParser) -> None:
+    """``--bootstrap-server``, ``--dir`` and ``--timeout``, shared by the admin tools that
+    talk to the controller (``reassign``, ``elect-leaders``)."""
     p.add_argument(
         "--bootstrap-server",
         metavar="HOST:PORT[,HOST:PORT]",
@@ -474,6 +475,11 @@ def build_parser_into(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout", type=float, default=30.0, metavar="SECONDS", help="request timeout (30)"
     )
+
+
+def build_parser_into(p: argparse.ArgumentParser) -> None:
+    """Add ``millrace reassign``'s options to ``p``."""
+    add_connection_options(p)
     actions = p.add_mutually_exclusive_group(required=True)
     actions.add_argument(
         "--generate", action="store_true", help="propose an assignment of topics over brokers"
