@@ -71,6 +71,8 @@ from single_broker import (
     replace_section,
 )
 
+from broker.cli.cluster import CLUSTER_ZK_TICK_MS
+
 HEADING = "## Cluster (3 brokers)"
 BROKERS = 3
 SESSION_TIMEOUT_MS = 6000
@@ -647,7 +649,8 @@ any run (checked).
 
 For the hard kills, "new leader seen" is the broker side plus the client's metadata polling:
 the ZooKeeper session of the killed broker expires (ZooKeeper checks expiry every `tickTime`,
-2000 ms here, counted from the broker's last heartbeat), the controller elects a leader from
+{CLUSTER_ZK_TICK_MS} ms in `cluster up`'s ZooKeeper, counted from the broker's last heartbeat,
+which the client sends every third of the session timeout), the controller elects a leader from
 the ISR and propagates it. From there to the first acknowledgement took a median of
 {statistics.median(o.first_ack_s - o.leader_seen_s for o in outages[True]):.3f} s in the
 client (librdkafka drops the dead broker once it is missing from Metadata, parks the partition
