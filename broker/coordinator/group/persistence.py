@@ -1,0 +1,124 @@
+"""Groups and committed offsets as records of ``__consumer_offsets`` (checklist section 17).
+
+Writing: an offset commit is one record batch with one record per partition (key
+``OffsetKey``, value ``OffsetValue``); a completed rebalance writes the group's metadata
+(key ``GroupMetadataKey``, value ``GroupMetadataValue``); a deleted offset or group is a
+tombstone (null value), so compaction keeps only the latest state. Record formats are
+``offsets_topic.py``'s, byte-compatible with Kafka 3.9.
+
+Loading: when this broker becomes leader of an offsets partition, the coordinator replays the
+partition from its log start to its high watermark; later records win, tombstones delete.
+Records of key versions this broker does not know (written by newer Kafka versions) are
+skipped, as Kafka does.
+
+Pure functions over bytes and a reader callable; no asyncio.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from broker.coordinator.group.offsets_topic import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetKey,
+    OffsetsRecordError,
+    OffsetValue,
+    UnknownKeyVersionError,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from broker.protocol import records
+from broker.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+def offset_commit_batch(
+    group: str, offsets: Mapping[TopicPartition, OffsetValue | None], now_ms: int
+) -> bytes:
+    """One batch committing (or, with None, deleting) ``group``'s offsets."""
+    recs = [
+        records.SimpleRecord(
+            key=encode_key(OffsetKey(group, tp.topic, tp.partition)),
+            value=None if value is None else encode_value(value),
+            timestamp=now_ms,
+        )
+        for tp, value in sorted(offsets.items())
+    ]
+    return bytes(records.encode_batch(recs))
+
+
+def group_metadata_batch(group: str, value: GroupMetadataValue | None, now_ms: int) -> bytes:
+    """One batch with ``group``'s metadata (None: a tombstone deleting the group)."""
+    rec = records.SimpleRecord(
+        key=encode_key(GroupMetadataKey(group)),
+        value=None if value is None else encode_value(value),
+        timestamp=now_ms,
+    )
+    return bytes(records.encode_batch([rec]))
+
+
+@dataclass(slots=True)
+class LoadedPartition:
+    """What one offsets partition holds: committed offsets and group metadata per group."""
+
+    offsets: dict[str, dict[TopicPartition, OffsetValue]] = field(default_factory=dict)
+    groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
+    removed_groups: set[str] = field(default_factory=set)
+
+
+def apply_records(loaded: LoadedPartition, blobs: Iterable[bytes]) -> None:
+    """Replay record-batch blobs (whole batches, in log order) into ``loaded``."""
+    for blob in blobs:
+        for header in records.iter_batches(blob, allow_partial_tail=True):
+            if header.attributes & 0x20:  # control batch (transaction markers)
+                continue
+            for rec in records.decode_records(blob, header):
+                if rec.key is None:
+                    continue
+                try:
+                    key = decode_key(rec.key)
+                    value = decode_value(key, rec.value)
+                except UnknownKeyVersionError:
+                    continue
+                except OffsetsRecordError as exc:
+                    log.warning("skipping a malformed __consumer_offsets record: %s", exc)
+                    continue
+                if isinstance(key, OffsetKey):
+                    tp = TopicPartition(key.topic, key.partition)
+                    group_offsets = loaded.offsets.setdefault(key.group, {})
+                    if value is None:
+                        group_offsets.pop(tp, None)
+                    elif isinstance(value, OffsetValue):
+                        group_offsets[tp] = value
+                else:
+                    if value is None:
+                        loaded.groups.pop(key.group, None)
+                        loaded.offsets.pop(key.group, None)
+                        loaded.removed_groups.add(key.group)
+                    elif isinstance(value, GroupMetadataValue):
+                        loaded.groups[key.group] = value
+                        loaded.removed_groups.discard(key.group)
+
+
+def load_partition(
+    read: Callable[[int], tuple[bytes, int] | None], start: int, end: int
+) -> LoadedPartition:
+    """Replay ``[start, end)`` with ``read(offset) -> (whole batches, next offset)``."""
+    loaded = LoadedPartition()
+    offset = start
+    while offset < end:
+        chunk = read(offset)
+        if chunk is None:
+            break
+        blob, next_offset = chunk
+        if next_offset <= offset:
+            break
+        apply_records(loaded, [blob])
+        offset = next_offset
+    return loaded
