@@ -510,6 +510,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("offsets.topic.segment.bytes", _T.INT, 104_857_600, "segment size"),
         ConfigDef("offsets.retention.minutes", _T.INT, 10_080, "offset retention"),
         ConfigDef("offsets.commit.timeout.ms", _T.INT, 5000, "commit timeout"),
+        ConfigDef("offset.metadata.max.bytes", _T.INT, 4096, "offset commit metadata size"),
         ConfigDef("group.initial.rebalance.delay.ms", _T.INT, 3000, "initial rebalance delay"),
         ConfigDef("group.min.session.timeout.ms", _T.INT, 6000, "min session timeout"),
         ConfigDef("group.max.session.timeout.ms", _T.INT, 1_800_000, "max session timeout"),

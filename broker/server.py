@@ -35,6 +35,7 @@ from broker.config import BrokerConfig
 from broker.controller import znodes
 from broker.controller.controller import Controller
 from broker.controller.zk_client import ZkClient
+from broker.coordinator.group.coordinator import GroupCoordinator
 from broker.coordinator.producer_ids import ProducerIdManager
 from broker.log.log_manager import LogManager
 from broker.metadata.cache import MetadataCache
@@ -65,6 +66,7 @@ class Broker:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.controller: Controller | None = None
+        self.group_coordinator: GroupCoordinator | None = None
 
     async def start(self) -> None:
         cfg = self.config
@@ -111,6 +113,10 @@ class Broker:
         self.controller = Controller(zk, metadata, self.replica_manager, cfg, self.broker_id)
         await self.controller.load_topic_configs()
         producer_ids = ProducerIdManager(lambda: zk.allocate_producer_id_block(self.broker_id))
+        self.group_coordinator = GroupCoordinator(
+            cfg, self.clock, self.broker_id, metadata, self.replica_manager, self.controller
+        )
+        self.replica_manager.role_listeners.append(self.group_coordinator.on_role_change)
         services = BrokerServices(
             broker_id=self.broker_id,
             config=cfg,
@@ -119,6 +125,7 @@ class Broker:
             replica_manager=self.replica_manager,
             controller=self.controller,
             producer_ids=producer_ids,
+            group_coordinator=self.group_coordinator,
         )
         dispatcher = Dispatcher(services, cfg.listeners[0].name)
         self.controller.set_local_handler(dispatcher.handle_local)
@@ -135,6 +142,7 @@ class Broker:
             await server.start()
             self.servers.append(server)
         self.replica_manager.start()
+        self.group_coordinator.start()
         await zk.register_broker(
             znodes.BrokerIdZNode.create(
                 self.broker_id,
@@ -234,6 +242,8 @@ class Broker:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.group_coordinator is not None:
+            await self.group_coordinator.shutdown()
         if self.replica_manager is not None:
             await self.replica_manager.shutdown()
         if self.controller is not None:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from broker.clock import Clock
     from broker.config import BrokerConfig
     from broker.controller.controller import Controller
+    from broker.coordinator.group.coordinator import GroupCoordinator
     from broker.coordinator.producer_ids import ProducerIdManager
     from broker.metadata.cache import MetadataCache
     from broker.network.server import ConnectionInfo
@@ -35,6 +36,7 @@ class BrokerServices:
     replica_manager: ReplicaManager
     controller: Controller
     producer_ids: ProducerIdManager
+    group_coordinator: GroupCoordinator
 
 
 @dataclass(slots=True)

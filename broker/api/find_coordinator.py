@@ -1,14 +1,23 @@
-"""FindCoordinator (10), before the group and transaction coordinators exist.
+"""FindCoordinator (10) v0-4: which broker coordinates a consumer group (or, later, a
+transactional id).
 
-Group and transaction coordination arrive with later issues (the consumer-group issue
-builds the coordinator on ``__consumer_offsets``). Until then every lookup is answered with
-COORDINATOR_NOT_AVAILABLE and a message saying why; that is the answer Kafka gives while a
-coordinator cannot serve, so clients retry instead of failing, and a consumer that uses
-``assign()`` is unaffected.
+v0 names one group key; v1-3 add ``key_type`` (0 group, 1 transaction) and, from v1, an
+``error_message``; v4 batches keys (``coordinator_keys``, KIP-699) and answers one
+``Coordinator`` entry per key. v5 (a new error code for KIP-890) and v6 (share-group keys)
+are not advertised; every client here settles on v4 or below (librdkafka uses at most v2).
+
+Group keys go to the group coordinator, which answers the leader of the key's
+``__consumer_offsets`` partition (creating the topic on first use) or
+COORDINATOR_NOT_AVAILABLE while there is none, so clients retry. The transaction coordinator
+does not exist yet: transaction keys get COORDINATOR_NOT_AVAILABLE with a message saying why.
+An unknown key type is INVALID_REQUEST (Kafka's ``CoordinatorType.forId``). As in Kafka, an
+empty group key is looked up like any other (the group APIs then reject it).
 
 Advertising the API matters beyond groups: librdkafka enables LZ4 compression only for
 brokers whose ApiVersions lists FindCoordinator (its feature map dates LZ4 support by it),
 so without it confluent-kafka silently sends ``compression.type=lz4`` batches uncompressed.
+
+Concurrency: runs on the event loop; a lookup may wait for the offsets topic's creation.
 """
 
 from __future__ import annotations
@@ -20,50 +29,68 @@ from broker.api.context import RequestContext
 from broker.protocol import registry
 from broker.protocol.errors import ErrorCode
 
+API_KEY = 10
 GROUP, TRANSACTION = 0, 1
-_WHY = {
-    GROUP: "consumer groups are not supported by this Millrace version yet",
-    TRANSACTION: "transactions are not supported by this Millrace version yet",
-}
+NO_NODE = (-1, "", -1)
 
 
-def _answer(key: str, key_type: int) -> tuple[ErrorCode, str]:
-    if key_type not in _WHY:
-        return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}"
-    if not key:
-        return ErrorCode.invalid_request, "the coordinator key is empty"
-    return ErrorCode.coordinator_not_available, _WHY[key_type]
+async def lookup(
+    ctx: RequestContext, key: str, key_type: int
+) -> tuple[ErrorCode, str | None, int, str, int]:
+    """(error, error message, node id, host, port) for one key."""
+    if key_type == GROUP:
+        error, node_id, host, port = await ctx.services.group_coordinator.find_coordinator(key)
+        if error is ErrorCode.none:
+            return error, None, node_id, host, port
+        return (error, _message(error), *NO_NODE)
+    if key_type == TRANSACTION:
+        return (
+            ErrorCode.coordinator_not_available,
+            "transactions are not supported by this Millrace version yet",
+            *NO_NODE,
+        )
+    return (
+        ErrorCode.invalid_request,
+        f"unknown coordinator key type {key_type} (0 = group, 1 = transaction)",
+        *NO_NODE,
+    )
+
+
+def _message(error: ErrorCode) -> str:
+    if error is ErrorCode.coordinator_not_available:
+        return "The coordinator is not available."
+    return error.name.upper()
 
 
 async def handle(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(10, ctx.version)
+    cls = registry.response_class(API_KEY, ctx.version)
     key_type = int(getattr(request, "key_type", GROUP))
     if ctx.version >= 4:
         coordinator_cls = registry.nested(cls, "Coordinator")
         coordinators = []
         for key in request.coordinator_keys:
-            code, message = _answer(key, key_type)
+            error, message, node_id, host, port = await lookup(ctx, str(key), key_type)
             coordinators.append(
                 registry.build(
                     coordinator_cls,
                     key=key,
-                    node_id=-1,
-                    host="",
-                    port=-1,
-                    error_code=code,
+                    node_id=node_id,
+                    host=host,
+                    port=port,
+                    error_code=error,
                     error_message=message,
                 )
             )
         return registry.build(
             cls, throttle_time=datetime.timedelta(0), coordinators=tuple(coordinators)
         )
-    code, message = _answer(request.key, key_type)
+    error, message, node_id, host, port = await lookup(ctx, str(request.key), key_type)
     return registry.build(
         cls,
         throttle_time=datetime.timedelta(0),
-        error_code=code,
+        error_code=error,
         error_message=message,
-        node_id=-1,
-        host="",
-        port=-1,
+        node_id=node_id,
+        host=host,
+        port=port,
     )

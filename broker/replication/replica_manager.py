@@ -131,6 +131,8 @@ class ReplicaManager:
             asyncio.Queue()
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self.role_listeners: list[Callable[[TopicPartition, bool, int], None]] = []
+        """Called with (partition, is_leader, leader_epoch) after every role change."""
         self.fetchers = ReplicaFetcherManager(
             self,
             FetcherConfig(
@@ -262,7 +264,16 @@ class ReplicaManager:
                 log.exception("%s: cannot take the role of LeaderAndIsr", tp)
                 results[tp] = error_code_for(exc)
             self.notify_high_watermark(tp)
+            if results[tp] == ErrorCode.none:
+                self._notify_role(tp, spec.leader == self.broker_id, spec.leader_epoch)
         return results
+
+    def _notify_role(self, tp: TopicPartition, is_leader: bool, leader_epoch: int) -> None:
+        for listener in self.role_listeners:
+            try:
+                listener(tp, is_leader, leader_epoch)
+            except Exception:
+                log.exception("%s: role listener failed", tp)
 
     def stop_replicas(
         self, controller_epoch: int, partitions: Iterable[tuple[TopicPartition, bool]]
@@ -285,6 +296,8 @@ class ReplicaManager:
     def stop_replica(self, tp: TopicPartition, *, delete: bool) -> None:
         self.fetchers.remove_partition(tp)
         partition = self.partitions.pop(tp, None)
+        if partition is not None:
+            self._notify_role(tp, False, partition.leader_epoch)
         if delete:
             self._hw_checkpoints.pop(tp, None)
             if self.log_manager.get_log(tp) is not None:

@@ -96,14 +96,13 @@ def apply_records(loaded: LoadedPartition, blobs: Iterable[bytes]) -> None:
                         group_offsets.pop(tp, None)
                     elif isinstance(value, OffsetValue):
                         group_offsets[tp] = value
-                else:
-                    if value is None:
-                        loaded.groups.pop(key.group, None)
-                        loaded.offsets.pop(key.group, None)
-                        loaded.removed_groups.add(key.group)
-                    elif isinstance(value, GroupMetadataValue):
-                        loaded.groups[key.group] = value
-                        loaded.removed_groups.discard(key.group)
+                elif value is None:
+                    loaded.groups.pop(key.group, None)
+                    loaded.offsets.pop(key.group, None)
+                    loaded.removed_groups.add(key.group)
+                elif isinstance(value, GroupMetadataValue):
+                    loaded.groups[key.group] = value
+                    loaded.removed_groups.discard(key.group)
 
 
 def load_partition(

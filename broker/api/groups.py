@@ -1,0 +1,352 @@
+"""Consumer-group membership and administration: JoinGroup (11) v0-9, SyncGroup (14) v0-5,
+Heartbeat (12) v0-4, LeaveGroup (13) v0-5, ListGroups (16) v0-5, DescribeGroups (15) v0-5,
+DeleteGroups (42) v0-2.
+
+The handlers only translate the wire format; the group coordinator
+(``broker.coordinator.group.coordinator.GroupCoordinator``) decides. Per-version details, as
+Kafka's ``KafkaApis`` and the request/response classes apply them:
+
+- JoinGroup: v0 has no rebalance timeout (the session timeout is used, as Kafka does);
+  v4+ requires a known member id (KIP-394: an empty member id gets MEMBER_ID_REQUIRED and a
+  fresh id, and must rejoin with it); v5+ carries ``group_instance_id`` (KIP-345) and returns
+  it per member; v7+ answers ``protocol_type`` and a nullable ``protocol_name`` (before v7 a
+  missing name is sent as ""); v9 may tell a static leader to skip assignment.
+- SyncGroup: v3+ ``group_instance_id``; v5 carries ``protocol_type``/``protocol_name`` both
+  ways, and a v5 request missing either is answered INCONSISTENT_GROUP_PROTOCOL (Kafka's
+  ``areMandatoryProtocolTypeAndNamePresent``).
+- LeaveGroup: v0-2 name one ``member_id`` and answer a single error code (the top-level
+  error, else the member's); v3+ name a batch of members and answer one entry per member.
+- ListGroups: v4+ filter by state (case-insensitive), v5+ by group type (all groups here are
+  ``classic``).
+- DescribeGroups: ``authorized_operations`` (v3+) is Integer.MIN_VALUE unless the client asks
+  for it; without an authorizer Kafka then reports every operation a group supports (READ,
+  DESCRIBE, DELETE).
+
+An empty group id is INVALID_GROUP_ID for the membership APIs (Kafka's ``isValidGroupId``),
+answered here without consulting the coordinator.
+
+Concurrency: runs on the event loop. JoinGroup and SyncGroup may wait (for the rest of the
+group, up to the rebalance timeout); the network server runs handlers concurrently and keeps
+responses in request order.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from broker.api.context import RequestContext
+from broker.coordinator.group.group import MemberIdentity
+from broker.protocol import registry
+from broker.protocol.errors import ErrorCode
+
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
+
+NO_THROTTLE = datetime.timedelta(0)
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+"""``authorized_operations`` when the client did not ask for them (Integer.MIN_VALUE)."""
+# AclOperation codes READ (3), DELETE (6), DESCRIBE (8): what a group supports (Kafka's
+# AclEntry.supportedOperations(GROUP)); with no authorizer every one is allowed.
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+
+def millis(value: datetime.timedelta) -> int:
+    """A kio ``i32Timedelta``/``i64Timedelta`` as whole milliseconds (negative stays negative)."""
+    return value // datetime.timedelta(milliseconds=1)
+
+
+def client_host(ctx: RequestContext) -> str:
+    """The client's address as Kafka shows it (``InetAddress.toString``: ``/127.0.0.1``)."""
+    peer = ctx.connection.peer
+    host = peer.rsplit(":", 1)[0] if ":" in peer else peer
+    return "/" + host.strip("[]")
+
+
+# --- JoinGroup -----------------------------------------------------------------------------
+
+
+async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.version
+    cls = registry.response_class(JOIN_GROUP, version)
+    member_cls = registry.nested(cls, "JoinGroupResponseMember")
+    group_id = str(request.group_id)
+    member_id = str(request.member_id)
+    if not group_id:
+        return _join_response(cls, version, error=ErrorCode.invalid_group_id, member_id=member_id)
+    session_timeout_ms = millis(request.session_timeout)
+    rebalance_timeout_ms = millis(request.rebalance_timeout) if version >= 1 else session_timeout_ms
+    result = await ctx.services.group_coordinator.join_group(
+        group_id,
+        member_id=member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        client_id=ctx.client_id or "",
+        client_host=client_host(ctx),
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+        protocol_type=str(request.protocol_type),
+        protocols=[(str(p.name), bytes(p.metadata)) for p in request.protocols],
+        require_known_member_id=version >= 4,
+        supports_skip_assignment=version >= 9,
+    )
+    members = tuple(
+        registry.build(
+            member_cls,
+            member_id=m.member_id,
+            group_instance_id=m.group_instance_id,
+            metadata=m.metadata,
+        )
+        for m in result.members
+    )
+    return _join_response(
+        cls,
+        version,
+        error=result.error,
+        member_id=result.member_id,
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        leader=result.leader_id,
+        skip_assignment=result.skip_assignment,
+        members=members,
+    )
+
+
+def _join_response(
+    cls: type[Any],
+    version: int,
+    *,
+    error: ErrorCode,
+    member_id: str,
+    generation_id: int = -1,
+    protocol_type: str | None = None,
+    protocol_name: str | None = None,
+    leader: str = "",
+    skip_assignment: bool = False,
+    members: tuple[Any, ...] = (),
+) -> Any:
+    if version < 7 and protocol_name is None:
+        protocol_name = ""  # non-nullable before v7 (Kafka's JoinGroupResponse does the same)
+    return registry.build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        generation_id=generation_id,
+        protocol_type=protocol_type,
+        protocol_name=protocol_name,
+        leader=leader,
+        skip_assignment=skip_assignment,
+        member_id=member_id,
+        members=members,
+    )
+
+
+# --- SyncGroup -----------------------------------------------------------------------------
+
+
+async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.version
+    cls = registry.response_class(SYNC_GROUP, version)
+    group_id = str(request.group_id)
+    protocol_type = getattr(request, "protocol_type", None)
+    protocol_name = getattr(request, "protocol_name", None)
+    if not group_id:
+        return _sync_response(cls, ErrorCode.invalid_group_id)
+    if version >= 5 and (protocol_type is None or protocol_name is None):
+        return _sync_response(cls, ErrorCode.inconsistent_group_protocol)
+    result = await ctx.services.group_coordinator.sync_group(
+        group_id,
+        member_id=str(request.member_id),
+        generation_id=int(request.generation_id),
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=protocol_type,
+        protocol_name=protocol_name,
+        assignments={str(a.member_id): bytes(a.assignment) for a in request.assignments},
+    )
+    return _sync_response(
+        cls, result.error, result.protocol_type, result.protocol_name, result.assignment
+    )
+
+
+def _sync_response(
+    cls: type[Any],
+    error: ErrorCode,
+    protocol_type: str | None = None,
+    protocol_name: str | None = None,
+    assignment: bytes = b"",
+) -> Any:
+    return registry.build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        protocol_type=protocol_type,
+        protocol_name=protocol_name,
+        assignment=assignment,
+    )
+
+
+# --- Heartbeat -----------------------------------------------------------------------------
+
+
+async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    cls = registry.response_class(HEARTBEAT, ctx.version)
+    group_id = str(request.group_id)
+    if not group_id:
+        error = ErrorCode.invalid_group_id
+    else:
+        error = await ctx.services.group_coordinator.heartbeat(
+            group_id,
+            member_id=str(request.member_id),
+            generation_id=int(request.generation_id),
+            group_instance_id=getattr(request, "group_instance_id", None),
+        )
+    return registry.build(cls, throttle_time=NO_THROTTLE, error_code=error)
+
+
+# --- LeaveGroup ----------------------------------------------------------------------------
+
+
+async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.version
+    cls = registry.response_class(LEAVE_GROUP, version)
+    group_id = str(request.group_id)
+    if version >= 3:
+        identities = [
+            MemberIdentity(str(m.member_id), m.group_instance_id) for m in request.members
+        ]
+    else:
+        identities = [MemberIdentity(str(request.member_id))]
+    if not group_id:
+        return registry.build(
+            cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_group_id, members=()
+        )
+    result = await ctx.services.group_coordinator.leave_group(group_id, identities)
+    if version < 3:
+        error = result.error
+        if error is ErrorCode.none:
+            error = next(
+                (m.error for m in result.members if m.error is not ErrorCode.none), ErrorCode.none
+            )
+        return registry.build(cls, throttle_time=NO_THROTTLE, error_code=error)
+    member_cls = registry.nested(cls, "MemberResponse")
+    return registry.build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        members=tuple(
+            registry.build(
+                member_cls,
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                error_code=m.error,
+            )
+            for m in result.members
+        ),
+    )
+
+
+# --- ListGroups ----------------------------------------------------------------------------
+
+
+async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.version
+    cls = registry.response_class(LIST_GROUPS, version)
+    group_cls = registry.nested(cls, "ListedGroup")
+    states = [str(s) for s in getattr(request, "states_filter", ())]
+    types = {str(t).lower() for t in getattr(request, "types_filter", ())}
+    error, overviews = ctx.services.group_coordinator.list_groups(states or None)
+    return registry.build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        groups=tuple(
+            registry.build(
+                group_cls,
+                group_id=g.group_id,
+                protocol_type=g.protocol_type,
+                group_state=g.state,
+                group_type=g.group_type,
+            )
+            for g in overviews
+            if not types or g.group_type.lower() in types
+        ),
+    )
+
+
+# --- DescribeGroups ------------------------------------------------------------------------
+
+
+async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+    cls = registry.response_class(DESCRIBE_GROUPS, ctx.version)
+    group_cls = registry.nested(cls, "DescribedGroup")
+    member_cls = registry.nested(cls, "DescribedGroupMember")
+    operations = (
+        GROUP_OPERATIONS
+        if getattr(request, "include_authorized_operations", False)
+        else AUTHORIZED_OPERATIONS_OMITTED
+    )
+    coordinator = ctx.services.group_coordinator
+    described = []
+    for group_id in request.groups:
+        error, d = coordinator.describe_group(str(group_id))
+        if error is not ErrorCode.none:
+            # Kafka's DescribeGroupsResponse.groupError: unknown state, no members.
+            described.append(
+                registry.build(
+                    group_cls,
+                    error_code=error,
+                    group_id=str(group_id),
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                    authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+                )
+            )
+            continue
+        described.append(
+            registry.build(
+                group_cls,
+                error_code=error,
+                group_id=d.group_id,
+                group_state=d.state,
+                protocol_type=d.protocol_type,
+                protocol_data=d.protocol,
+                members=tuple(
+                    registry.build(
+                        member_cls,
+                        member_id=m.member_id,
+                        group_instance_id=m.group_instance_id,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        member_metadata=m.metadata,
+                        member_assignment=m.assignment,
+                    )
+                    for m in d.members
+                ),
+                authorized_operations=operations,
+            )
+        )
+    return registry.build(cls, throttle_time=NO_THROTTLE, groups=tuple(described))
+
+
+# --- DeleteGroups --------------------------------------------------------------------------
+
+
+async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
+    cls = registry.response_class(DELETE_GROUPS, ctx.version)
+    result_cls = registry.nested(cls, "DeletableGroupResult")
+    group_ids = list(dict.fromkeys(str(g) for g in request.groups_names))  # keyed by group id
+    results = await ctx.services.group_coordinator.delete_groups(group_ids) if group_ids else {}
+    return registry.build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        results=tuple(
+            registry.build(
+                result_cls,
+                group_id=g,
+                error_code=results.get(g, ErrorCode.unknown_server_error),
+            )
+            for g in group_ids
+        ),
+    )

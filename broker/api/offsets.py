@@ -1,0 +1,229 @@
+"""Committed offsets: OffsetCommit (8) v2-8, OffsetFetch (9) v1-8, OffsetDelete (47) v0.
+
+The handlers translate the wire format; the group coordinator fences, stores (in
+``__consumer_offsets``, acks=all) and answers. Per-version details, as Kafka applies them:
+
+- OffsetCommit: ``retention_time`` (v2-4) is accepted and ignored, as Kafka 2.1+ does
+  (``offsets.retention.minutes`` governs); ``committed_leader_epoch`` arrives from v6 (-1
+  before); ``group_instance_id`` from v7. Partitions of topics the cluster does not know are
+  answered UNKNOWN_TOPIC_OR_PARTITION without reaching the coordinator (Kafka 3.9 checks the
+  topic only). v9 is left out: it answers GROUP_ID_NOT_FOUND where v8 answers
+  ILLEGAL_GENERATION (a commit with a generation to an unknown group) and exists for the
+  KIP-848 consumer protocol, which Millrace does not implement; every client here settles
+  on v8.
+- OffsetFetch: v1 names partitions and has no top-level error (a group-level error goes into
+  every requested partition, as Kafka's ``getErrorResponse``); v2+ allows null topics (= every
+  committed partition) and answers a top-level error with no topics; v5+ returns the leader
+  epoch; v7 ``require_stable`` is accepted (there are no pending transactional offsets to wait
+  for yet); v8 batches groups, each answered on its own (a client may only batch groups of
+  one coordinator, so each group gets its own error). v9 adds KIP-848 member epochs and is
+  left out. A partition without a committed offset answers offset -1, epoch -1, metadata "".
+- OffsetDelete: partitions of unknown topics are UNKNOWN_TOPIC_OR_PARTITION; the
+  coordinator's group-level error goes to the top-level ``error_code``.
+
+Concurrency: runs on the event loop; a commit waits for the offsets partition's ISR.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from broker.api.context import RequestContext
+from broker.protocol import registry
+from broker.protocol.errors import ErrorCode
+from broker.types import TopicPartition
+
+OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE = 8, 9, 47
+NO_THROTTLE = datetime.timedelta(0)
+NO_OFFSET = -1
+NO_EPOCH = -1
+NO_METADATA = ""
+
+
+def _by_topic(
+    order: list[TopicPartition], value: dict[TopicPartition, Any]
+) -> dict[str, list[tuple[int, Any]]]:
+    """(partition, value) per topic, topics and partitions in first-seen order."""
+    grouped: dict[str, list[tuple[int, Any]]] = {}
+    seen: set[TopicPartition] = set()
+    for tp in order:
+        if tp in seen:
+            continue
+        seen.add(tp)
+        grouped.setdefault(tp.topic, []).append((tp.partition, value[tp]))
+    return grouped
+
+
+# --- OffsetCommit --------------------------------------------------------------------------
+
+
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.version
+    cls = registry.response_class(OFFSET_COMMIT, version)
+    topic_cls = registry.nested(cls, "OffsetCommitResponseTopic")
+    part_cls = registry.nested(cls, "OffsetCommitResponsePartition")
+    cache = ctx.services.metadata
+    order: list[TopicPartition] = []
+    offsets: dict[TopicPartition, tuple[int, int, str | None]] = {}
+    errors: dict[TopicPartition, ErrorCode] = {}
+    for topic in request.topics:
+        name = str(topic.name)
+        known = cache.topic(name) is not None
+        for p in topic.partitions:
+            tp = TopicPartition(name, int(p.partition_index))
+            order.append(tp)
+            if not known:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+                continue
+            offsets[tp] = (
+                int(p.committed_offset),
+                int(getattr(p, "committed_leader_epoch", NO_EPOCH)),
+                p.committed_metadata,
+            )
+    if offsets:
+        results = await ctx.services.group_coordinator.commit_offsets(
+            str(request.group_id),
+            member_id=str(request.member_id),
+            generation_id=int(request.generation_id_or_member_epoch),
+            group_instance_id=getattr(request, "group_instance_id", None),
+            offsets=offsets,
+        )
+        for tp in offsets:
+            errors[tp] = results.get(tp, ErrorCode.unknown_server_error)
+    return registry.build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            registry.build(
+                topic_cls,
+                name=topic,
+                partitions=tuple(
+                    registry.build(part_cls, partition_index=p, error_code=code)
+                    for p, code in parts
+                ),
+            )
+            for topic, parts in _by_topic(order, errors).items()
+        ),
+    )
+
+
+# --- OffsetFetch ---------------------------------------------------------------------------
+
+
+def _requested(topics: Any) -> list[TopicPartition] | None:
+    if topics is None:
+        return None
+    return [TopicPartition(str(t.name), int(p)) for t in topics for p in t.partition_indexes]
+
+
+async def _fetch_group(
+    ctx: RequestContext,
+    group_id: str,
+    partitions: list[TopicPartition] | None,
+    topic_cls: type[Any],
+    part_cls: type[Any],
+) -> tuple[ErrorCode, tuple[Any, ...]]:
+    """One group's (error, response topics)."""
+    error, results = await ctx.services.group_coordinator.fetch_offsets(group_id, partitions)
+    if error is not ErrorCode.none:
+        if ctx.version >= 2 or partitions is None:
+            return error, ()
+        # v0-1 have no group-level error: every requested partition carries it.
+        results = {tp: (NO_OFFSET, NO_EPOCH, NO_METADATA, error) for tp in partitions}
+    order = partitions if partitions is not None else list(results)
+    missing = (NO_OFFSET, NO_EPOCH, NO_METADATA, ErrorCode.none)
+    values = {tp: results.get(tp, missing) for tp in order}
+    topics = tuple(
+        registry.build(
+            topic_cls,
+            name=topic,
+            partitions=tuple(
+                registry.build(
+                    part_cls,
+                    partition_index=p,
+                    committed_offset=offset,
+                    committed_leader_epoch=epoch,
+                    metadata=metadata,
+                    error_code=code,
+                )
+                for p, (offset, epoch, metadata, code) in parts
+            ),
+        )
+        for topic, parts in _by_topic(order, values).items()
+    )
+    return error, topics
+
+
+async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.version
+    cls = registry.response_class(OFFSET_FETCH, version)
+    if version >= 8:
+        group_cls = registry.nested(cls, "OffsetFetchResponseGroup")
+        topic_cls = registry.nested(cls, "OffsetFetchResponseTopics")
+        part_cls = registry.nested(cls, "OffsetFetchResponsePartitions")
+        groups = []
+        for g in request.groups:
+            error, topics = await _fetch_group(
+                ctx, str(g.group_id), _requested(g.topics), topic_cls, part_cls
+            )
+            groups.append(
+                registry.build(group_cls, group_id=g.group_id, topics=topics, error_code=error)
+            )
+        return registry.build(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    topic_cls = registry.nested(cls, "OffsetFetchResponseTopic")
+    part_cls = registry.nested(cls, "OffsetFetchResponsePartition")
+    error, topics = await _fetch_group(
+        ctx, str(request.group_id), _requested(request.topics), topic_cls, part_cls
+    )
+    return registry.build(cls, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
+
+
+# --- OffsetDelete --------------------------------------------------------------------------
+
+
+async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
+    cls = registry.response_class(OFFSET_DELETE, ctx.version)
+    topic_cls = registry.nested(cls, "OffsetDeleteResponseTopic")
+    part_cls = registry.nested(cls, "OffsetDeleteResponsePartition")
+    cache = ctx.services.metadata
+    order: list[TopicPartition] = []
+    wanted: list[TopicPartition] = []
+    errors: dict[TopicPartition, ErrorCode] = {}
+    for topic in request.topics:
+        name = str(topic.name)
+        known = cache.topic(name) is not None
+        for p in topic.partitions:
+            tp = TopicPartition(name, int(p.partition_index))
+            order.append(tp)
+            if known:
+                wanted.append(tp)
+            else:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+    top_error = ErrorCode.none
+    results: dict[TopicPartition, ErrorCode] = {}
+    if wanted:  # nothing to delete: no tombstone batch to write
+        top_error, results = await ctx.services.group_coordinator.delete_offsets(
+            str(request.group_id), list(dict.fromkeys(wanted))
+        )
+    if top_error is ErrorCode.none:
+        for tp in wanted:
+            errors[tp] = results.get(tp, ErrorCode.unknown_server_error)
+    else:
+        order = [tp for tp in order if tp in errors]
+    return registry.build(
+        cls,
+        error_code=top_error,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            registry.build(
+                topic_cls,
+                name=topic,
+                partitions=tuple(
+                    registry.build(part_cls, partition_index=p, error_code=code)
+                    for p, code in parts
+                ),
+            )
+            for topic, parts in _by_topic(order, errors).items()
+        ),
+    )

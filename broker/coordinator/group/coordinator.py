@@ -1,0 +1,634 @@
+"""The group coordinator: consumer groups and committed offsets on this broker.
+
+Theory of operation (checklist sections 16-17; Kafka's classic GroupCoordinator)
+-------------------------------------------------------------------------------
+A group belongs to partition ``partition_for(group_id, offsets.topic.num.partitions)`` of the
+internal, compacted topic ``__consumer_offsets``; the leader of that partition is the group's
+coordinator. The topic is created on the first FindCoordinator (replication factor
+min(``offsets.topic.replication.factor``, live brokers)).
+
+When this broker becomes leader of an offsets partition it replays the partition's log into
+memory (committed offsets and each group's last metadata); until that is done requests for
+its groups get COORDINATOR_LOAD_IN_PROGRESS. When it stops leading, the partition's groups
+are dropped and their parked requests answered with NOT_COORDINATOR, so clients look the
+coordinator up again. Requests for groups of partitions this broker does not lead get
+NOT_COORDINATOR.
+
+Membership is the pure state machine of ``group.py``. JoinGroup and SyncGroup requests that
+must wait (for the other members, for the leader's assignment) park on futures keyed by
+(group, member); after every change the coordinator drains the group's completions and
+answers them. A timer task wakes every 100 ms to expire members whose session ran out,
+complete joins whose rebalance timeout passed, and end delayed initial rebalances.
+
+Commits and completed rebalances are appended to the offsets partition with acks=all through
+the replica manager, and acknowledged (and applied to the in-memory cache) only once the ISR
+has them, so a committed offset survives the loss of the coordinator.
+
+Concurrency: event loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from broker.coordinator.group import persistence
+from broker.coordinator.group.group import (
+    Completions,
+    Group,
+    GroupConfig,
+    GroupDescription,
+    GroupOverview,
+    GroupState,
+    JoinResult,
+    LeaveResult,
+    MemberIdentity,
+    Pending,
+    SyncResult,
+)
+from broker.coordinator.group.offsets_topic import (
+    GroupMetadataValue,
+    MemberRecord,
+    OffsetValue,
+    partition_for,
+)
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.types import TopicPartition
+
+if TYPE_CHECKING:
+    from broker.clock import Clock
+    from broker.config import BrokerConfig
+    from broker.controller.controller import Controller
+    from broker.metadata.cache import MetadataCache
+    from broker.replication.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+TIMER_INTERVAL_S = 0.1
+LOAD_CHUNK_BYTES = 1024 * 1024
+
+
+@dataclass(slots=True)
+class OffsetsPartition:
+    """One ``__consumer_offsets`` partition this broker leads."""
+
+    partition: int
+    leader_epoch: int
+    loaded: bool = False
+    groups: dict[str, Group] = field(default_factory=dict)
+    offsets: dict[str, dict[TopicPartition, OffsetValue]] = field(default_factory=dict)
+
+
+class GroupCoordinator:
+    """Consumer groups and their offsets, for the offsets partitions this broker leads."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        clock: Clock,
+        broker_id: int,
+        metadata: MetadataCache,
+        replica_manager: ReplicaManager,
+        controller: Controller,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.broker_id = broker_id
+        self.metadata = metadata
+        self.replica_manager = replica_manager
+        self.controller = controller
+        self.num_partitions = int(config["offsets.topic.num.partitions"])
+        self.group_config = GroupConfig(
+            min_session_timeout_ms=config["group.min.session.timeout.ms"],
+            max_session_timeout_ms=config["group.max.session.timeout.ms"],
+            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+        )
+        self.metadata_max_bytes = int(config["offset.metadata.max.bytes"])
+        self._partitions: dict[int, OffsetsPartition] = {}
+        self._joins: dict[tuple[str, str], asyncio.Future[JoinResult]] = {}
+        self._syncs: dict[tuple[str, str], asyncio.Future[SyncResult]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._creating = False
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._spawn(self._timer(), "group-coordinator-timer")
+
+    async def shutdown(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        for p in list(self._partitions):
+            self._unload(p)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- leadership of offsets partitions (called by the replica manager) ------------------
+
+    def on_role_change(self, tp: TopicPartition, is_leader: bool, leader_epoch: int) -> None:
+        if tp.topic != OFFSETS_TOPIC:
+            return
+        current = self._partitions.get(tp.partition)
+        if is_leader:
+            if current is not None and current.leader_epoch == leader_epoch:
+                return
+            if current is not None:
+                self._unload(tp.partition)
+            state = OffsetsPartition(tp.partition, leader_epoch)
+            self._partitions[tp.partition] = state
+            self._spawn(self._load(state), f"load-offsets-{tp.partition}")
+        elif current is not None:
+            self._unload(tp.partition)
+
+    async def _load(self, state: OffsetsPartition) -> None:
+        tp = TopicPartition(OFFSETS_TOPIC, state.partition)
+        partition = self.replica_manager.partitions.get(tp)
+        if partition is None:
+            return
+        # wait until this leader's high watermark covers what earlier leaders committed
+        for _ in range(600):
+            if partition.high_watermark >= partition.log.log_end_offset or not partition.is_leader:
+                break
+            await asyncio.sleep(0.05)
+        end = partition.high_watermark
+
+        def read(offset: int) -> tuple[bytes, int] | None:
+            data = partition.log.read(offset, LOAD_CHUNK_BYTES, max_offset=end, min_one_batch=True)
+            if data is None or data.size == 0:
+                return None
+            return data.read_bytes(), data.last_offset + 1
+
+        loaded = persistence.load_partition(read, partition.log.log_start_offset, end)
+        if self._partitions.get(state.partition) is not state:
+            return  # unloaded meanwhile
+        now = self.clock.time_ms()
+        state.offsets = loaded.offsets
+        for group_id, value in loaded.groups.items():
+            try:
+                state.groups[group_id] = Group.load(
+                    group_id,
+                    self.group_config,
+                    protocol_type=value.protocol_type,
+                    generation_id=value.generation,
+                    protocol_name=value.protocol,
+                    leader_id=value.leader,
+                    state_timestamp_ms=value.current_state_timestamp,
+                    members=value.members,
+                    now_ms=now,
+                )
+            except Exception:
+                log.exception("cannot load group %s", group_id)
+        state.loaded = True
+        log.info(
+            "loaded %s-%d: %d groups, offsets of %d groups",
+            OFFSETS_TOPIC,
+            state.partition,
+            len(state.groups),
+            len(state.offsets),
+        )
+
+    def _unload(self, partition: int) -> None:
+        state = self._partitions.pop(partition, None)
+        if state is None:
+            return
+        now = self.clock.time_ms()
+        for group in state.groups.values():
+            self._deliver(group.group_id, group.unload(now))
+        for key, fut in list(self._joins.items()):
+            if partition_for(key[0], self.num_partitions) == partition and not fut.done():
+                fut.set_result(JoinResult(ErrorCode.not_coordinator, key[1]))
+        for key, sfut in list(self._syncs.items()):
+            if partition_for(key[0], self.num_partitions) == partition and not sfut.done():
+                sfut.set_result(SyncResult(ErrorCode.not_coordinator))
+
+    # --- FindCoordinator ----------------------------------------------------------------
+
+    async def find_coordinator(self, key: str) -> tuple[ErrorCode, int, str, int]:
+        topic = self.metadata.topic(OFFSETS_TOPIC)
+        if topic is None:
+            await self._create_offsets_topic()
+            return ErrorCode.coordinator_not_available, -1, "", -1
+        info = topic.partitions.get(partition_for(key, self.num_partitions))
+        if info is None or info.leader < 0:
+            return ErrorCode.coordinator_not_available, -1, "", -1
+        broker = self.metadata.broker(info.leader)
+        if broker is None:
+            return ErrorCode.coordinator_not_available, -1, "", -1
+        return ErrorCode.none, broker.id, broker.host, broker.port
+
+    async def _create_offsets_topic(self) -> None:
+        if self._creating:
+            return
+        self._creating = True
+        try:
+            live = max(len(self.metadata.brokers()), 1)
+            rf = min(int(self.config["offsets.topic.replication.factor"]), live)
+            configs = {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+            }
+            if self.controller.is_active:
+                await self.controller.create_topic(
+                    OFFSETS_TOPIC,
+                    num_partitions=self.num_partitions,
+                    replication_factor=rf,
+                    configs=dict(configs),
+                )
+            else:
+                await self.controller.auto_create_topic(OFFSETS_TOPIC, self.num_partitions, rf)
+        except KafkaError as exc:
+            if exc.code != ErrorCode.topic_already_exists:
+                log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
+        finally:
+            self._creating = False
+
+    # --- routing ------------------------------------------------------------------------
+
+    def _partition_of(self, group_id: str) -> tuple[ErrorCode, OffsetsPartition | None]:
+        if not group_id:
+            return ErrorCode.invalid_group_id, None
+        state = self._partitions.get(partition_for(group_id, self.num_partitions))
+        if state is None:
+            return ErrorCode.not_coordinator, None
+        if not state.loaded:
+            return ErrorCode.coordinator_load_in_progress, None
+        return ErrorCode.none, state
+
+    def _deliver(self, group_id: str, completions: Completions) -> None:
+        for member_id, join in completions.joins.items():
+            fut = self._joins.pop((group_id, member_id), None)
+            if fut is not None and not fut.done():
+                fut.set_result(join)
+        for member_id, sync in completions.syncs.items():
+            sfut = self._syncs.pop((group_id, member_id), None)
+            if sfut is not None and not sfut.done():
+                sfut.set_result(sync)
+
+    async def _settle(self, state: OffsetsPartition, group: Group) -> None:
+        """Answer what the group completed; finish the join phase if it can."""
+        now = self.clock.time_ms()
+        completions = group.drain_completions()
+        self._deliver(group.group_id, completions)
+        if completions.persist:
+            await self._store_group(state, group)
+        if group.join_can_complete(now):
+            done = group.complete_join(now)
+            self._deliver(group.group_id, done)
+            if done.persist:
+                await self._store_group(state, group)
+        if group.state is GroupState.DEAD:
+            state.groups.pop(group.group_id, None)
+
+    # --- membership -----------------------------------------------------------------------
+
+    async def join_group(
+        self,
+        group_id: str,
+        *,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        require_known_member_id: bool,
+        supports_skip_assignment: bool,
+    ) -> JoinResult:
+        error, state = self._partition_of(group_id)
+        if state is None:
+            return JoinResult(error, member_id)
+        now = self.clock.time_ms()
+        group = state.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return JoinResult(ErrorCode.unknown_member_id, member_id)
+            group = state.groups[group_id] = Group(group_id, self.group_config, now)
+        result = group.join(
+            member_id=member_id,
+            group_instance_id=group_instance_id,
+            client_id=client_id,
+            client_host=client_host,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            session_timeout_ms=session_timeout_ms,
+            protocol_type=protocol_type,
+            protocols=protocols,
+            now_ms=now,
+            require_known_member_id=require_known_member_id,
+            supports_skip_assignment=supports_skip_assignment,
+        )
+        if isinstance(result, Pending):
+            key = (group_id, result.member_id)
+            old = self._joins.pop(key, None)
+            if old is not None and not old.done():
+                old.set_result(JoinResult(ErrorCode.rebalance_in_progress, result.member_id))
+            fut: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+            self._joins[key] = fut
+            await self._settle(state, group)
+            return await fut
+        await self._settle(state, group)
+        return result
+
+    async def sync_group(
+        self,
+        group_id: str,
+        *,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes] | None,
+    ) -> SyncResult:
+        error, state = self._partition_of(group_id)
+        if state is None:
+            return SyncResult(error)
+        group = state.groups.get(group_id)
+        if group is None:
+            return SyncResult(ErrorCode.unknown_member_id)
+        now = self.clock.time_ms()
+        result = group.sync(
+            member_id=member_id,
+            generation_id=generation_id,
+            group_instance_id=group_instance_id,
+            now_ms=now,
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
+            assignments=assignments,
+        )
+        if not isinstance(result, Pending):
+            await self._settle(state, group)
+            return result
+        fut: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+        self._syncs[(group_id, result.member_id)] = fut
+        if result.store is not None:
+            store = result.store
+            code = await self._store_group(state, group, store.assignments)
+            done = group.complete_sync(
+                store.generation_id, store.assignments, self.clock.time_ms(), code
+            )
+            self._deliver(group_id, done)
+        await self._settle(state, group)
+        return await fut
+
+    async def heartbeat(
+        self, group_id: str, *, member_id: str, generation_id: int, group_instance_id: str | None
+    ) -> ErrorCode:
+        error, state = self._partition_of(group_id)
+        if state is None:
+            return error
+        group = state.groups.get(group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id
+        code = group.heartbeat(
+            member_id=member_id,
+            generation_id=generation_id,
+            group_instance_id=group_instance_id,
+            now_ms=self.clock.time_ms(),
+        )
+        await self._settle(state, group)
+        return code
+
+    async def leave_group(self, group_id: str, members: list[MemberIdentity]) -> LeaveResult:
+        error, state = self._partition_of(group_id)
+        if state is None:
+            return LeaveResult(error)
+        group = state.groups.get(group_id)
+        if group is None:
+            return LeaveResult(ErrorCode.unknown_member_id)
+        result = group.leave(members, self.clock.time_ms())
+        await self._settle(state, group)
+        return result
+
+    async def _timer(self) -> None:
+        while True:
+            await asyncio.sleep(TIMER_INTERVAL_S)
+            now = self.clock.time_ms()
+            for state in list(self._partitions.values()):
+                if not state.loaded:
+                    continue
+                for group in list(state.groups.values()):
+                    try:
+                        for member_id in group.expired_members(now):
+                            log.info("group %s: member %s expired", group.group_id, member_id)
+                            group.remove_member(member_id, now)
+                        group.expire_pending_sync(now)
+                        await self._settle(state, group)
+                    except Exception:
+                        log.exception("group %s: timer work failed", group.group_id)
+
+    # --- persistence ------------------------------------------------------------------------
+
+    async def _append(self, state: OffsetsPartition, blob: bytes) -> ErrorCode:
+        tp = TopicPartition(OFFSETS_TOPIC, state.partition)
+        results = await self.replica_manager.append_records(
+            {tp: blob}, required_acks=-1, timeout_ms=int(self.config["offsets.commit.timeout.ms"])
+        )
+        code = results[tp].error
+        if code in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition):
+            return ErrorCode.not_coordinator
+        if code in (
+            ErrorCode.not_enough_replicas,
+            ErrorCode.not_enough_replicas_after_append,
+            ErrorCode.request_timed_out,
+        ):
+            return ErrorCode.coordinator_not_available
+        if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):
+            return ErrorCode.unknown_server_error
+        return code
+
+    async def _store_group(
+        self, state: OffsetsPartition, group: Group, assignments: Mapping[str, bytes] | None = None
+    ) -> ErrorCode:
+        now = self.clock.time_ms()
+        if group.state is GroupState.DEAD:
+            value = None
+        else:
+            chosen = group.protocol_name
+            members = []
+            for m in group.members:
+                protocols = dict(m.protocols)
+                members.append(
+                    MemberRecord(
+                        member_id=m.member_id,
+                        group_instance_id=m.group_instance_id,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        rebalance_timeout_ms=m.rebalance_timeout_ms,
+                        session_timeout_ms=m.session_timeout_ms,
+                        subscription=protocols.get(chosen or "", b""),
+                        assignment=(assignments or {}).get(m.member_id, m.assignment),
+                    )
+                )
+            value = GroupMetadataValue(
+                protocol_type=group.protocol_type or "",
+                generation=group.generation_id,
+                protocol=chosen,
+                leader=group.leader_id,
+                current_state_timestamp=now,
+                members=tuple(members),
+            )
+        return await self._append(
+            state, persistence.group_metadata_batch(group.group_id, value, now)
+        )
+
+    # --- offsets ----------------------------------------------------------------------------
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        *,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+    ) -> dict[TopicPartition, ErrorCode]:
+        error, state = self._partition_of(group_id)
+        if state is None:
+            return dict.fromkeys(offsets, error)
+        now = self.clock.time_ms()
+        group = state.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return dict.fromkeys(offsets, ErrorCode.illegal_generation)
+            group = state.groups[group_id] = Group(group_id, self.group_config, now)
+        else:
+            code = group.validate_offset_commit(
+                member_id, generation_id, group_instance_id, now_ms=now
+            )
+            if code != ErrorCode.none:
+                return dict.fromkeys(offsets, code)
+        results: dict[TopicPartition, ErrorCode] = {}
+        values: dict[TopicPartition, OffsetValue | None] = {}
+        for tp, (offset, epoch, metadata) in offsets.items():
+            if metadata is not None and len(metadata.encode()) > self.metadata_max_bytes:
+                results[tp] = ErrorCode.offset_metadata_too_large
+                continue
+            values[tp] = OffsetValue(
+                offset=offset, leader_epoch=epoch, metadata=metadata or "", commit_timestamp=now
+            )
+        if values:
+            code = await self._append(state, persistence.offset_commit_batch(group_id, values, now))
+            if code == ErrorCode.none and self._partitions.get(state.partition) is state:
+                cache = state.offsets.setdefault(group_id, {})
+                for tp, value in values.items():
+                    if value is not None:
+                        cache[tp] = value
+            for tp in values:
+                results[tp] = code
+        return results
+
+    async def fetch_offsets(
+        self, group_id: str, partitions: list[TopicPartition] | None
+    ) -> tuple[ErrorCode, dict[TopicPartition, tuple[int, int, str, ErrorCode]]]:
+        error, state = self._partition_of(group_id)
+        if state is None:
+            return error, {}
+        committed = state.offsets.get(group_id, {})
+        wanted = sorted(committed) if partitions is None else partitions
+        out: dict[TopicPartition, tuple[int, int, str, ErrorCode]] = {}
+        for tp in wanted:
+            value = committed.get(tp)
+            if value is None:
+                out[tp] = (-1, -1, "", ErrorCode.none)
+            else:
+                out[tp] = (value.offset, value.leader_epoch, value.metadata, ErrorCode.none)
+        return ErrorCode.none, out
+
+    async def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        error, state = self._partition_of(group_id)
+        if state is None:
+            return error, {}
+        group = state.groups.get(group_id)
+        committed = state.offsets.get(group_id)
+        if group is None and committed is None:
+            return ErrorCode.group_id_not_found, {}
+        if group is not None and group.state is not GroupState.EMPTY and group.members:
+            return ErrorCode.none, dict.fromkeys(partitions, ErrorCode.group_subscribed_to_topic)
+        now = self.clock.time_ms()
+        tombstones: dict[TopicPartition, OffsetValue | None] = dict.fromkeys(partitions)
+        code = await self._append(state, persistence.offset_commit_batch(group_id, tombstones, now))
+        if code != ErrorCode.none:
+            return code, {}
+        for tp in partitions:
+            (committed or {}).pop(tp, None)
+        return ErrorCode.none, dict.fromkeys(partitions, ErrorCode.none)
+
+    # --- administration -------------------------------------------------------------------
+
+    def list_groups(self, states: list[str] | None) -> tuple[ErrorCode, list[GroupOverview]]:
+        out: list[GroupOverview] = []
+        error = ErrorCode.none
+        for state in self._partitions.values():
+            if not state.loaded:
+                error = ErrorCode.coordinator_load_in_progress
+                continue
+            for group in state.groups.values():
+                if not states or group.in_states(states):
+                    out.append(group.overview())
+            for group_id in state.offsets:
+                if group_id not in state.groups and (not states or "Empty" in states):
+                    out.append(GroupOverview(group_id, "consumer", GroupState.EMPTY.value))
+        return error, sorted(out, key=lambda g: g.group_id)
+
+    def describe_group(self, group_id: str) -> tuple[ErrorCode, GroupDescription]:
+        error, state = self._partition_of(group_id)
+        if state is None:
+            return error, GroupDescription.dead(group_id)
+        group = state.groups.get(group_id)
+        if group is None:
+            if group_id in state.offsets:
+                return ErrorCode.none, GroupDescription(
+                    group_id, GroupState.EMPTY.value, "consumer", ""
+                )
+            return ErrorCode.none, GroupDescription.dead(group_id)
+        return ErrorCode.none, group.describe()
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        out: dict[str, ErrorCode] = {}
+        for group_id in group_ids:
+            error, state = self._partition_of(group_id)
+            if state is None:
+                out[group_id] = error
+                continue
+            group = state.groups.get(group_id)
+            committed = state.offsets.get(group_id)
+            if group is None and committed is None:
+                out[group_id] = ErrorCode.group_id_not_found
+                continue
+            now = self.clock.time_ms()
+            if group is not None:
+                code = group.delete(now)
+                if code != ErrorCode.none:
+                    out[group_id] = code
+                    continue
+            tombstones: dict[TopicPartition, OffsetValue | None] = dict.fromkeys(committed or {})
+            code = ErrorCode.none
+            if tombstones:
+                code = await self._append(
+                    state, persistence.offset_commit_batch(group_id, tombstones, now)
+                )
+            if code == ErrorCode.none:
+                code = await self._append(
+                    state, persistence.group_metadata_batch(group_id, None, now)
+                )
+            if code == ErrorCode.none:
+                state.groups.pop(group_id, None)
+                state.offsets.pop(group_id, None)
+            out[group_id] = code
+        return out
