@@ -509,6 +509,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ),
         ConfigDef("offsets.topic.segment.bytes", _T.INT, 104_857_600, "segment size"),
         ConfigDef("offsets.retention.minutes", _T.INT, 10_080, "offset retention"),
+        ConfigDef(
+            "offsets.retention.check.interval.ms", _T.LONG, 600_000, "offset expiry check interval"
+        ),
         ConfigDef("offsets.commit.timeout.ms", _T.INT, 5000, "commit timeout"),
         ConfigDef("offset.metadata.max.bytes", _T.INT, 4096, "offset commit metadata size"),
         ConfigDef("group.initial.rebalance.delay.ms", _T.INT, 3000, "initial rebalance delay"),

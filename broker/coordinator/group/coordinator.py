@@ -109,6 +109,8 @@ class GroupCoordinator:
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
         )
         self.metadata_max_bytes = int(config["offset.metadata.max.bytes"])
+        self.retention_ms = int(config["offsets.retention.minutes"]) * 60_000
+        self.retention_check_ms = int(config["offsets.retention.check.interval.ms"])
         self._partitions: dict[int, OffsetsPartition] = {}
         self._joins: dict[tuple[str, str], asyncio.Future[JoinResult]] = {}
         self._syncs: dict[tuple[str, str], asyncio.Future[SyncResult]] = {}
@@ -414,9 +416,16 @@ class GroupCoordinator:
         return result
 
     async def _timer(self) -> None:
+        next_expiry = self.clock.time_ms() + self.retention_check_ms
         while True:
             await asyncio.sleep(TIMER_INTERVAL_S)
             now = self.clock.time_ms()
+            if now >= next_expiry:
+                next_expiry = now + self.retention_check_ms
+                try:
+                    await self.expire_offsets(now)
+                except Exception:
+                    log.exception("offset expiry failed")
             for state in list(self._partitions.values()):
                 if not state.loaded:
                     continue
@@ -568,6 +577,44 @@ class GroupCoordinator:
         for tp in partitions:
             (committed or {}).pop(tp, None)
         return ErrorCode.none, dict.fromkeys(partitions, ErrorCode.none)
+
+    async def expire_offsets(self, now_ms: int) -> int:
+        """KIP-211: the offsets of a group expire ``offsets.retention.minutes`` after it became
+        Empty (after the commit, for groups that never had members); tombstones are written
+        and the group is forgotten once it has no offsets left. Returns how many expired."""
+        expired_total = 0
+        for state in list(self._partitions.values()):
+            if not state.loaded:
+                continue
+            for group_id, committed in list(state.offsets.items()):
+                group = state.groups.get(group_id)
+                if group is not None and group.state is not GroupState.EMPTY:
+                    continue
+                base = group.state_timestamp_ms if group is not None else None
+                expired = {
+                    tp: None
+                    for tp, value in committed.items()
+                    if (base if base is not None else value.commit_timestamp) + self.retention_ms
+                    <= now_ms
+                }
+                if not expired:
+                    continue
+                blob = persistence.offset_commit_batch(group_id, expired, now_ms)
+                if await self._append(state, blob) != ErrorCode.none:
+                    continue
+                for tp in expired:
+                    committed.pop(tp, None)
+                expired_total += len(expired)
+                if not committed:
+                    state.offsets.pop(group_id, None)
+                    if group is not None and not group.members:
+                        group.delete(now_ms)
+                        state.groups.pop(group_id, None)
+                        await self._append(
+                            state, persistence.group_metadata_batch(group_id, None, now_ms)
+                        )
+                log.info("group %s: %d offsets expired", group_id, len(expired))
+        return expired_total
 
     # --- administration -------------------------------------------------------------------
 
