@@ -45,6 +45,7 @@ from broker.coordinator.group.group import (
     GroupOverview,
     GroupState,
     JoinResult,
+    LeaveMemberResult,
     LeaveResult,
     MemberIdentity,
     Pending,
@@ -410,7 +411,13 @@ class GroupCoordinator:
             return LeaveResult(error)
         group = state.groups.get(group_id)
         if group is None:
-            return LeaveResult(ErrorCode.unknown_member_id)
+            return LeaveResult(
+                ErrorCode.none,
+                tuple(
+                    LeaveMemberResult(m.member_id, m.group_instance_id, ErrorCode.unknown_member_id)
+                    for m in members
+                ),
+            )
         result = group.leave(members, self.clock.time_ms())
         await self._settle(state, group)
         return result
@@ -630,7 +637,8 @@ class GroupCoordinator:
                     out.append(group.overview())
             for group_id in state.offsets:
                 if group_id not in state.groups and (not states or "Empty" in states):
-                    out.append(GroupOverview(group_id, "consumer", GroupState.EMPTY.value))
+                    # a "simple" group (only committed offsets): no protocol type, as Kafka
+                    out.append(GroupOverview(group_id, "", GroupState.EMPTY.value))
         return error, sorted(out, key=lambda g: g.group_id)
 
     def describe_group(self, group_id: str) -> tuple[ErrorCode, GroupDescription]:
@@ -640,9 +648,7 @@ class GroupCoordinator:
         group = state.groups.get(group_id)
         if group is None:
             if group_id in state.offsets:
-                return ErrorCode.none, GroupDescription(
-                    group_id, GroupState.EMPTY.value, "consumer", ""
-                )
+                return ErrorCode.none, GroupDescription(group_id, GroupState.EMPTY.value, "", "")
             return ErrorCode.none, GroupDescription.dead(group_id)
         return ErrorCode.none, group.describe()
 
