@@ -17,6 +17,7 @@ SUBCOMMAND_MODULES = (
     "broker.cli.broker_cmd",
     "broker.cli.cluster",
     "broker.cli.topics",
+    "broker.cli.groups",
     "broker.cli.reassign",
     "broker.cli.elect_leaders",
     "broker.cli.console",
