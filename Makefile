@@ -49,11 +49,13 @@ bench: setup
 	$(PY) bench/single_broker.py --records 1000000 --runs 3
 	$(PY) bench/spark_read_write.py --records 10000000
 	$(PY) bench/cluster.py --records 1000000 --runs 3 --kills 3
+	$(PY) bench/groups.py --rebalances 5 --commit-seconds 20 --threads 4
 
 bench-quick: setup
 	$(PY) bench/single_broker.py --records 200000 --runs 1 --out /tmp/millrace-bench-quick.md
 	$(PY) bench/spark_read_write.py --records 500000 --out /tmp/millrace-bench-quick.md
 	$(PY) bench/cluster.py --records 100000 --runs 1 --kills 1 --out /tmp/millrace-bench-quick.md
+	$(PY) bench/groups.py --rebalances 2 --commit-seconds 5 --threads 4 --out /tmp/millrace-bench-quick.md
 
 cluster-up: setup
 	$(VENV)/bin/millrace cluster up --dir $(DIR) --brokers $(BROKERS)
