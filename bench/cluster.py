@@ -43,7 +43,6 @@ import json
 import logging
 import math
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -63,12 +62,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from single_broker import (
     ROOT,
     Phase,
-    free_port,
     machine,
     millrace,
     produce,
     progress,
     replace_section,
+    start_cluster,
 )
 
 from broker.cli.cluster import CLUSTER_ZK_TICK_MS
@@ -115,38 +114,6 @@ LEADER_UPDATE = re.compile(r"applying leader-id update -?\d+ -> (-?\d+)")
 
 
 # --------------------------------------------------------------------------- cluster helpers
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def start_three(cluster_dir: Path) -> str:
-    """``millrace cluster up`` with 3 brokers on consecutive free ports and
-    ``CLUSTER_SETTINGS``; returns the bootstrap servers."""
-    base = free_port()
-    while not all(_port_free(base + i) for i in range(1, BROKERS)):
-        base = free_port()
-    sets = [arg for k, v in CLUSTER_SETTINGS.items() for arg in ("--set", f"{k}={v}")]
-    out = millrace(
-        "cluster",
-        "up",
-        "--dir",
-        str(cluster_dir),
-        "--brokers",
-        str(BROKERS),
-        "--base-port",
-        str(base),
-        "--zk-port",
-        str(free_port()),
-        *sets,
-    )
-    return out.strip().splitlines()[-1]
 
 
 def broker_pids(cluster_dir: Path) -> list[int]:
@@ -469,7 +436,7 @@ def main() -> int:
         cluster_dir = Path(tmp) / "cluster"
         sys.stderr.write(f"starting a {BROKERS}-broker cluster in {cluster_dir}\n")
         try:
-            bootstrap = start_three(cluster_dir)
+            bootstrap = start_cluster(cluster_dir, BROKERS, CLUSTER_SETTINGS)
             pids = broker_pids(cluster_dir)
             sys.stderr.write(f"cluster up: {bootstrap} (broker pids {pids})\n")
             for run in range(args.runs):

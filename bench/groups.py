@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import socket
 import statistics
 import sys
 import tempfile
@@ -45,7 +44,7 @@ import confluent_kafka
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from single_broker import ROOT, free_port, machine, millrace, progress, replace_section
+from single_broker import ROOT, machine, millrace, progress, replace_section, start_cluster
 
 HEADING = "## Consumer groups"
 BROKERS = 3
@@ -65,36 +64,6 @@ MEMBER_CONFIG: dict[str, Any] = {
     "auto.offset.reset": "earliest",
 }
 STABLE_TIMEOUT_S = 60.0
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def start_three(cluster_dir: Path) -> str:
-    base = free_port()
-    while not all(_port_free(base + i) for i in range(1, BROKERS)):
-        base = free_port()
-    sets = [arg for k, v in CLUSTER_SETTINGS.items() for arg in ("--set", f"{k}={v}")]
-    out = millrace(
-        "cluster",
-        "up",
-        "--dir",
-        str(cluster_dir),
-        "--brokers",
-        str(BROKERS),
-        "--base-port",
-        str(base),
-        "--zk-port",
-        str(free_port()),
-        *sets,
-    )
-    return out.strip().splitlines()[-1]
 
 
 # --------------------------------------------------------------------------- rebalance
@@ -306,7 +275,7 @@ def main() -> int:
         cluster_dir = Path(tmp) / "cluster"
         sys.stderr.write(f"starting a {BROKERS}-broker cluster in {cluster_dir}\n")
         try:
-            bootstrap = start_three(cluster_dir)
+            bootstrap = start_cluster(cluster_dir, BROKERS, CLUSTER_SETTINGS)
             sys.stderr.write(f"cluster up: {bootstrap}\n")
             topic = "bench-groups"
             millrace(

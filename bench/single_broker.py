@@ -75,19 +75,36 @@ def millrace(*args: str) -> str:
     return out.stdout
 
 
-def start_cluster(cluster_dir: Path) -> str:
-    """``millrace cluster up`` with one broker on free ports; returns the bootstrap servers."""
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def start_cluster(
+    cluster_dir: Path, brokers: int = 1, settings: dict[str, str] | None = None
+) -> str:
+    """``millrace cluster up`` with ``brokers`` brokers on consecutive free ports and the
+    broker ``settings``; returns the bootstrap servers."""
+    base = free_port()
+    while not all(_port_free(base + i) for i in range(1, brokers)):
+        base = free_port()
+    sets = [arg for k, v in (settings or {}).items() for arg in ("--set", f"{k}={v}")]
     out = millrace(
         "cluster",
         "up",
         "--dir",
         str(cluster_dir),
         "--brokers",
-        "1",
+        str(brokers),
         "--base-port",
-        str(free_port()),
+        str(base),
         "--zk-port",
         str(free_port()),
+        *sets,
     )
     return out.strip().splitlines()[-1]
 
