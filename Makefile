@@ -17,14 +17,20 @@ setup: $(STAMP) $(JVM_STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
 	@touch $(STAMP)
 
-# The Kafka Java clients (4.x with its dependencies, and 3.9) for the Java compatibility
-# tests, from Maven Central into an ignored cache.
-$(JVM_STAMP): jvm/pom.xml
-	mvn -q -B -f jvm/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(JVM)/kafka-4
-	mvn -q -B -f jvm/pom.xml dependency:copy -Dartifact=org.apache.kafka:kafka-clients:$(KAFKA_CLIENTS_3) -DoutputDirectory=$(CURDIR)/$(JVM)/kafka-3
+# From Maven Central into an ignored cache (nothing from Kafka or Spark is committed):
+#   kafka-4, kafka-3   the Kafka Java clients 4.x (with dependencies) and 3.9;
+#   kafka-dist         Apache Kafka 3.9 itself, broker and tools (jvm/kafka-dist/pom.xml);
+#   spark-kafka        Spark's own Kafka connector for spark.jars (jvm/spark-kafka/pom.xml).
+MVN := mvn -q -B -s jvm/maven-settings.xml
+$(JVM_STAMP): jvm/pom.xml jvm/kafka-dist/pom.xml jvm/spark-kafka/pom.xml jvm/maven-settings.xml
+	rm -rf $(JVM)/kafka-dist $(JVM)/spark-kafka
+	$(MVN) -f jvm/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(JVM)/kafka-4
+	$(MVN) -f jvm/pom.xml dependency:copy -Dartifact=org.apache.kafka:kafka-clients:$(KAFKA_CLIENTS_3) -DoutputDirectory=$(CURDIR)/$(JVM)/kafka-3
+	$(MVN) -f jvm/kafka-dist/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JVM)/kafka-dist
+	$(MVN) -f jvm/spark-kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JVM)/spark-kafka
 	@touch $(JVM_STAMP)
 
 test: setup
@@ -45,17 +51,17 @@ format: setup
 demo: setup
 	$(PY) -m broker.cli.demo
 
+# Millrace beside Apache Kafka (bench/compare.py: workloads 1-6, BENCHMARKS.md + benchmarks/*.png),
+# then the Millrace-only cluster fail-over and consumer-group measurements. Progress on stderr.
 bench: setup
-	$(PY) bench/single_broker.py --records 1000000 --runs 3
-	$(PY) bench/spark_read_write.py --records 10000000
-	$(PY) bench/cluster.py --records 1000000 --runs 3 --kills 3
-	$(PY) bench/groups.py --rebalances 5 --commit-seconds 20 --threads 4
+	$(PY) -m bench.compare
+	$(PY) -m bench.cluster --records 1000000 --runs 3 --kills 3
+	$(PY) -m bench.groups --rebalances 5 --commit-seconds 20 --threads 4
 
+# Workloads 1-6 side by side at reduced sizes (under five minutes), into
+# /tmp/millrace-bench-quick.md and /tmp/millrace-bench-quick/; BENCHMARKS.md is not touched.
 bench-quick: setup
-	$(PY) bench/single_broker.py --records 200000 --runs 1 --out /tmp/millrace-bench-quick.md
-	$(PY) bench/spark_read_write.py --records 500000 --out /tmp/millrace-bench-quick.md
-	$(PY) bench/cluster.py --records 100000 --runs 1 --kills 1 --out /tmp/millrace-bench-quick.md
-	$(PY) bench/groups.py --rebalances 2 --commit-seconds 5 --threads 4 --out /tmp/millrace-bench-quick.md
+	$(PY) -m bench.compare --quick
 
 cluster-up: setup
 	$(VENV)/bin/millrace cluster up --dir $(DIR) --brokers $(BROKERS)
