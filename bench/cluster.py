@@ -29,7 +29,7 @@ immediately before ``os.kill``) that it is sending the signal:
 Results go to ``BENCHMARKS.md`` (section "Cluster (3 brokers)") through the shared section
 writer. Every process started is stopped (``cluster down`` in a ``finally``).
 
-Usage: ``python bench/cluster.py [--records 1000000] [--runs 3] [--kills 3]
+Usage: ``python -m bench.cluster [--records 1000000] [--runs 3] [--kills 3]
 [--out BENCHMARKS.md] [--client-log FILE]`` (``make bench`` runs the defaults,
 ``make bench-quick`` a reduced version).
 """
@@ -58,8 +58,7 @@ import confluent_kafka
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from single_broker import (
+from bench.common import (
     ROOT,
     Phase,
     machine,
@@ -69,7 +68,6 @@ from single_broker import (
     replace_section,
     start_cluster,
 )
-
 from broker.cli.cluster import CLUSTER_ZK_TICK_MS
 
 HEADING = "## Cluster (3 brokers)"
@@ -481,7 +479,7 @@ def main() -> int:
 
 
 def _command(args: argparse.Namespace) -> str:
-    parts = [".venv/bin/python bench/cluster.py", f"--records {args.records}"]
+    parts = [".venv/bin/python -m bench.cluster", f"--records {args.records}"]
     parts += [f"--runs {args.runs}", f"--kills {args.kills}"]
     return " ".join(parts)
 

@@ -1,32 +1,23 @@
-"""Single-broker throughput benchmark (the foundation issue's target).
+"""Helpers the benchmarks share: the 100-byte record, starting a Millrace cluster with
+``millrace cluster up``, a confluent-kafka producer and consumer phase with the broker's CPU
+time, progress lines on stderr, the machine's description, and writing one section of
+``BENCHMARKS.md`` while keeping the others.
 
-Starts a one-broker Millrace cluster, produces N records of 100 bytes with confluent-kafka
-(``linger.ms=5``, acks=1) into one partition, then consumes them back, and measures
-records/s, MB/s and the broker's CPU share (CPU seconds of the broker process from
-``/proc/<pid>/stat`` divided by wall time) for each phase. Each run uses a fresh topic;
-the figures reported are the medians of ``--runs`` runs. Results are written to
-``BENCHMARKS.md`` (section "Single broker") with the machine described.
-
-Usage: ``python bench/single_broker.py [--records 1000000] [--runs 3] [--out BENCHMARKS.md]``
-(``make bench`` runs it with the defaults).
+Not a benchmark itself: ``python -m bench.compare`` (Millrace beside Apache Kafka),
+``python -m bench.cluster`` and ``python -m bench.groups`` are.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import os
 import platform
 import socket
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import confluent_kafka
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -196,86 +187,6 @@ def machine() -> str:
     )
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=1_000_000)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="millrace-bench-") as tmp:
-        cluster_dir = Path(tmp) / "cluster"
-        sys.stderr.write(f"starting a 1-broker cluster in {cluster_dir}\n")
-        bootstrap = start_cluster(cluster_dir)
-        try:
-            import json
-
-            pid = int(json.loads((cluster_dir / "cluster.json").read_text())["brokers"][0]["pid"])
-            produced: list[Phase] = []
-            consumed: list[Phase] = []
-            for run in range(args.runs):
-                topic = f"bench-{run}"
-                millrace(
-                    "topics",
-                    "create",
-                    "--bootstrap-server",
-                    bootstrap,
-                    "--topic",
-                    topic,
-                    "--partitions",
-                    "1",
-                    "--replication-factor",
-                    "1",
-                )
-                produced.append(produce(bootstrap, topic, args.records, [pid]))
-                consumed.append(consume(bootstrap, topic, args.records, pid))
-                progress(
-                    f"  run {run + 1}/{args.runs}: produce {produced[-1].rate:,.0f} rec/s, "
-                    f"consume {consumed[-1].rate:,.0f} rec/s"
-                )
-                sys.stderr.write("\n")
-        finally:
-            millrace("cluster", "down", "--dir", str(cluster_dir))
-    write_report(Path(args.out), args, produced, consumed)
-    sys.stderr.write(f"wrote {args.out}\n")
-    return 0
-
-
-def _median(phases: list[Phase], attr: str) -> float:
-    return statistics.median(getattr(p, attr) for p in phases)
-
-
-def write_report(
-    out: Path, args: argparse.Namespace, produced: list[Phase], consumed: list[Phase]
-) -> None:
-    rows = []
-    for name, phases in (
-        ("produce (acks=1, linger.ms=5)", produced),
-        ("consume (catch-up read)", consumed),
-    ):
-        rows.append(
-            f"| {name} | {_median(phases, 'rate'):,.0f} | {_median(phases, 'mb_s'):.1f} | "
-            f"{_median(phases, 'cpu_share') * 100:.0f}% | "
-            + ", ".join(f"{p.rate:,.0f}" for p in phases)
-            + " |"
-        )
-    section = f"""## Single broker
-
-{args.records:,} records of 100 bytes, one partition, one broker, confluent-kafka
-{confluent_kafka.__version__} (librdkafka {confluent_kafka.libversion()[0]}) as the client, run
-{datetime.date.today().isoformat()} on: {machine()}. Client and broker share the machine.
-Medians of {args.runs} runs; "broker CPU" is the broker process's CPU time divided by wall
-time (100% = one core).
-
-| workload | records/s | MB/s | broker CPU | each run (records/s) |
-|---|---:|---:|---:|---|
-{chr(10).join(rows)}
-
-Reproduce: `make bench` (or `.venv/bin/python bench/single_broker.py --records {args.records} --runs {args.runs}`).
-The comparison with Apache Kafka on the same machine comes with the benchmark issue.
-"""
-    replace_section(out, "## Single broker", section)
-
-
 def replace_section(out: Path, heading: str, section: str) -> None:
     """Write ``section`` (starting with ``heading``) into the report ``out``, replacing the
     section of that heading if present, keeping every other section."""
@@ -287,7 +198,3 @@ def replace_section(out: Path, heading: str, section: str) -> None:
     else:
         existing = existing.rstrip("\n") + "\n\n" + section
     out.write_text(existing)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -22,7 +22,7 @@ Starts one 3-broker Millrace cluster (``millrace cluster up --brokers 3``) with
 Results go to ``BENCHMARKS.md`` (section "Consumer groups") through the shared section
 writer. Every process started is stopped (``cluster down`` in a ``finally``).
 
-Usage: ``python bench/groups.py [--rebalances 5] [--commit-seconds 20] [--threads 4]
+Usage: ``python -m bench.groups [--rebalances 5] [--commit-seconds 20] [--threads 4]
 [--out BENCHMARKS.md]`` (``make bench`` runs the defaults, ``make bench-quick`` a reduced
 version into /tmp).
 """
@@ -43,8 +43,7 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from single_broker import ROOT, machine, millrace, progress, replace_section, start_cluster
+from bench.common import ROOT, machine, millrace, progress, replace_section, start_cluster
 
 HEADING = "## Consumer groups"
 BROKERS = 3
@@ -317,7 +316,7 @@ def write_report(
     each = ", ".join(f"{r.seconds * 1000:.0f}" for r in rebalances)
     lats = commits.latencies or [0.0]
     command = (
-        f".venv/bin/python bench/groups.py --rebalances {args.rebalances} "
+        f".venv/bin/python -m bench.groups --rebalances {args.rebalances} "
         f"--commit-seconds {args.commit_seconds:g} --threads {args.threads}"
     )
     section = f"""{HEADING}

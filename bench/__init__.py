@@ -1,0 +1,1 @@
+"""Millrace benchmarks (run as modules: ``python -m bench.compare``, see the Makefile)."""

@@ -1,0 +1,272 @@
+"""The two systems under test, started the same way for every workload.
+
+* :class:`MillraceSystem`: ``millrace cluster up --brokers N`` (its embedded ZooKeeper, one
+  Python process per broker).
+* :class:`KafkaSystem`: Apache Kafka 3.9.1 (ZooKeeper mode), one JVM per broker, started from
+  the jars ``make setup`` fetched into ``.cache/jvm/kafka-dist`` exactly as Kafka's
+  ``bin/kafka-server-start.sh`` starts it (``kafka.Kafka server.properties`` with the
+  script's default heap ``-Xmx1G -Xms1G`` and G1 options), against the *same* embedded
+  ZooKeeper as Millrace under the chroot ``/apache-kafka``.
+
+Both get equivalent settings: listeners on 127.0.0.1, log dirs on the same disk (under one
+temporary directory), no fsync per message (both systems' default), Kafka's defaults for
+everything else, plus :data:`SHARED_SETTINGS` on both. Each system reports its broker pids
+(for CPU and RSS), its bootstrap servers and its data directories.
+
+Concurrency: used from the benchmark's main thread only; processes are stopped by their own
+pids (SIGTERM, controlled shutdown, then SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.common import ROOT, free_port, millrace, start_cluster
+
+KAFKA_VERSION = "3.9.1"
+KAFKA_JARS = ROOT / ".cache" / "jvm" / "kafka-dist"
+KAFKA_HEAP = ("-Xmx1G", "-Xms1G")
+# kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS.
+KAFKA_JVM_OPTS = (
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:MaxInlineLevel=15",
+    "-Djava.awt.headless=true",
+)
+LOG4J = """log4j.rootLogger=WARN, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
+
+
+def shared_settings(brokers: int) -> dict[str, str]:
+    """Broker settings both systems get (everything else: each system's defaults, which are
+    Kafka's). The initial rebalance delay is 0 so consumer-group workloads measure data, not
+    the 3 s wait; internal topics are replicated to at most the brokers there are."""
+    return {
+        "group.initial.rebalance.delay.ms": "0",
+        "offsets.topic.replication.factor": str(min(3, brokers)),
+    }
+
+
+def kafka_available() -> bool:
+    return any(KAFKA_JARS.glob(f"kafka_2.13-{KAFKA_VERSION}.jar"))
+
+
+@dataclass
+class System:
+    """A running cluster of one kind."""
+
+    name: str
+    brokers: int
+    bootstrap: str = ""
+    pids: list[int] = field(default_factory=list)
+    data_dirs: list[Path] = field(default_factory=list)
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int = 1,
+        replication: int = 1,
+        configs: dict[str, str] | None = None,
+        timeout_s: float = 300.0,
+    ) -> None:
+        """Create ``topic`` and wait until every partition has a leader in Metadata."""
+        admin = self.admin()
+        futures = admin.create_topics(
+            [NewTopic(topic, partitions, replication, config=configs or {})],
+            operation_timeout=timeout_s,
+            request_timeout=timeout_s,
+        )
+        futures[topic].result(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            md = admin.list_topics(topic, timeout=30)
+            t = md.topics.get(topic)
+            if (
+                t is not None
+                and t.error is None
+                and len(t.partitions) == partitions
+                and all(p.leader >= 0 for p in t.partitions.values())
+            ):
+                return
+            time.sleep(0.2)
+        raise SystemExit(f"{self.name}: {topic} has no leaders after {timeout_s:g}s")
+
+    def delete_topic(self, topic: str, timeout_s: float = 120.0) -> None:
+        admin = self.admin()  # referenced until the result arrives (a collected client cancels)
+        admin.delete_topics([topic], operation_timeout=timeout_s)[topic].result(timeout_s)
+
+    def stored_bytes(self) -> int:
+        total = 0
+        for d in self.data_dirs:
+            for root, _dirs, files in os.walk(d):
+                for f in files:
+                    try:
+                        total += os.stat(os.path.join(root, f)).st_blocks * 512
+                    except FileNotFoundError:
+                        pass
+        return total
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class MillraceSystem(System):
+    """``millrace cluster up`` in ``directory``; :attr:`zk_connect` is its ZooKeeper."""
+
+    def __init__(self, directory: Path, brokers: int) -> None:
+        super().__init__(name="Millrace", brokers=brokers)
+        self.directory = directory
+        self.bootstrap = start_cluster(directory, brokers, shared_settings(brokers))
+        info = json.loads((directory / "cluster.json").read_text())
+        self.zk_connect = str(info["zookeeper"])
+        self.pids = [int(b["pid"]) for b in info["brokers"]]
+        self.data_dirs = [Path(d) for b in info["brokers"] for d in b["log_dirs"]]
+
+    def stop(self) -> None:
+        millrace("cluster", "down", "--dir", str(self.directory))
+
+
+class KafkaSystem(System):
+    """Apache Kafka brokers 0..N-1 on free 127.0.0.1 ports, ZooKeeper ``zk_connect`` with
+    the chroot ``/apache-kafka``; configs and logs under ``directory``."""
+
+    def __init__(self, directory: Path, brokers: int, zk_connect: str) -> None:
+        super().__init__(name="Kafka", brokers=brokers)
+        if not kafka_available():
+            raise SystemExit(f"Apache Kafka {KAFKA_VERSION} is not in {KAFKA_JARS}: run make setup")
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "log4j.properties").write_text(LOG4J)
+        self._procs: list[subprocess.Popen[bytes]] = []
+        ports = [free_port() for _ in range(brokers)]
+        self.bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports)
+        try:
+            for i, port in enumerate(ports):
+                self._start(i, port, zk_connect + "/apache-kafka")
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, broker_id: int, port: int, zk: str) -> None:
+        home = self.directory / f"broker-{broker_id}"
+        data = home / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        props = {
+            "broker.id": str(broker_id),
+            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "log.dirs": str(data),
+            "zookeeper.connect": zk,
+            "transaction.state.log.replication.factor": str(min(3, self.brokers)),
+            "transaction.state.log.min.isr": str(min(2, self.brokers)),
+            **shared_settings(self.brokers),
+        }
+        config = home / "server.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        out = (home / "kafka.out").open("wb")
+        cmd = [
+            "java",
+            *KAFKA_HEAP,
+            *KAFKA_JVM_OPTS,
+            f"-Dlog4j.configuration=file:{self.directory / 'log4j.properties'}",
+            f"-Dkafka.logs.dir={home}",
+            "-cp",
+            f"{KAFKA_JARS}/*",
+            "kafka.Kafka",
+            str(config),
+        ]
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        self._procs.append(proc)
+        self.pids.append(proc.pid)
+        self.data_dirs.append(data)
+
+    def _wait_ready(self, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        for address in self.bootstrap.split(","):  # listening first: the client logs refusals
+            host, port = address.rsplit(":", 1)
+            while not _accepts(host, int(port)):
+                self._check_alive()
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"Kafka did not listen on {address} within {timeout_s:g}s")
+                time.sleep(0.2)
+        admin = self.admin()
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                md = admin.list_topics(timeout=5)
+                if len(md.brokers) == self.brokers and md.controller_id >= 0:
+                    return
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            time.sleep(0.5)
+        raise SystemExit(f"Kafka did not start within {timeout_s:g}s")
+
+    def _check_alive(self) -> None:
+        for proc in self._procs:
+            if proc.poll() is not None:
+                raise SystemExit(
+                    f"Kafka broker pid {proc.pid} exited ({proc.returncode}); see "
+                    f"{self.directory}/broker-*/kafka.out"
+                )
+
+    def stop(self) -> None:
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self._procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._procs.clear()
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def java_tool(main_class: str, *args: str, timeout_s: float = 1800.0) -> str:
+    """Run one of Kafka's own command-line tools (as its ``bin/kafka-*.sh`` script would) and
+    return its stdout; exits the benchmark with the tool's output if it fails."""
+    log4j = ROOT / ".cache" / "jvm" / "tools-log4j.properties"
+    if not log4j.exists():
+        log4j.write_text(LOG4J + "log4j.appender.stdout.Target=System.err\n")
+    cmd = [
+        "java",
+        "-Xmx512M",
+        f"-Dlog4j.configuration=file:{log4j}",
+        "-cp",
+        f"{KAFKA_JARS}/*",
+        main_class,
+        *args,
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if out.returncode != 0:
+        sys.stderr.write(out.stdout[-4000:] + out.stderr[-4000:])
+        raise SystemExit(f"{main_class} failed with exit code {out.returncode}")
+    return out.stdout
