@@ -189,6 +189,36 @@ def _summary(run: Run) -> str:
     return "\n".join(lines)
 
 
+def _reruns(ctx: dict[str, Any]) -> str:
+    reruns = ctx.get("reruns") or []
+    if not reruns:
+        return ""
+    done = "; ".join(
+        f"workload(s) {', '.join(r['workloads'])} on {r['date']}"
+        f" ({r.get('elapsed_s', 0) / 60:.0f} min, `--only {' '.join(r['workloads'])} --merge`)"
+        for r in reruns
+    )
+    return f"Measured again later, on the same machine and commit: {done}.\n\n"
+
+
+# Frames on (nearly) every stack of the broker's main thread: the entry point and the event
+# loop's own machinery. Left out of the inclusive table, which is about what the loop runs.
+_SCAFFOLDING = (
+    "<frozen runpy>",
+    "asyncio/runners.py",
+    "BaseEventLoop.run_forever",
+    "BaseEventLoop.run_until_complete",
+    "BaseEventLoop._run_once",
+    "broker/cli/main.py",
+    "broker/cli/broker_cmd.py:run",
+    "asyncio/events.py:Handle._run",
+)
+
+
+def _scaffolding(label: str) -> bool:
+    return any(part in label for part in _SCAFFOLDING)
+
+
 def _profile(prof: dict[str, Any] | None) -> str:
     if not prof:
         return ""
@@ -197,7 +227,8 @@ def _profile(prof: dict[str, Any] | None) -> str:
         for i, (label, _n, share) in enumerate(prof["self"])
     )
     incl = "\n".join(
-        f"| `{label}` | {share * 100:.1f}% |" for label, _n, share in prof["inclusive"]
+        f"| `{label}` | {share * 100:.1f}% |"
+        for label, _n, share in [r for r in prof["inclusive"] if not _scaffolding(r[0])][:12]
     )
     files = "\n".join(f"| `{label}` | {share * 100:.1f}% |" for label, _n, share in prof["by_file"])
     return f"""
@@ -215,8 +246,8 @@ Self time (the function on top of the stack):
 |---:|---|---:|
 {rows}
 
-Inclusive time (the function anywhere on the stack; the frames on nearly every stack, the
-event loop and the entry point, left out):
+Inclusive time (the function anywhere on the stack; the entry point and the event loop's
+own frames, which are on nearly every stack, left out):
 
 | function | share |
 |---|---:|
@@ -344,7 +375,7 @@ Spark) shares this machine, so a client's own CPU competes with the broker's.
   (one Python connection), disk sequential write {lim.get("disk buffered MB/s", 0):,.0f} MB/s
   buffered and {lim.get("disk fdatasync MB/s", 0):,.0f} MB/s with fdatasync every 4 MiB.
 
-Reproduce: `make bench` (all of this, plus the Millrace-only cluster and group benchmarks
+{_reruns(ctx)}Reproduce: `make bench` (all of this, plus the Millrace-only cluster and group benchmarks
 below) or `.venv/bin/python -m bench.compare` (this section only; `--help` for sizes,
 `--only 1 3` for some workloads); `make bench-quick` runs reduced sizes in a few minutes
 into `/tmp/millrace-bench-quick.md`. Raw figures: `{os.path.relpath(plot_dir / ("results-quick.json" if quick else "results.json"), out.parent)}`.

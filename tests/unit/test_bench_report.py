@@ -102,3 +102,33 @@ def test_results_round_trip_and_report_renders(tmp_path: Path) -> None:
     assert "## Other\n\nkept" in text
     assert "| 1 | tool | records/s | 200 | 60 | 0.30 | Kafka 3.33x faster |" in text
     assert (tmp_path / "throughput.png").stat().st_size > 0
+
+
+def test_merge_replaces_only_the_rerun_workloads(tmp_path: Path) -> None:
+    from bench import compare
+
+    run = _run()
+    use = Usage(cpu_s=1.0, peak_rss_mib=50.0, seconds=2.0)
+    for w in ("5", "6a", "6b"):
+        run.add(Measurement.of(w, "case", "Kafka", {"rows/s": 1.0}, use))
+    run.context = {"date": "2026-11-22", "profile": {"samples": 1}}
+    path = tmp_path / "results.json"
+    run.save(path)
+    args = compare.parse_args(["--only", "1", "6", "--merge", "--results", str(path)])
+    merged = compare.merged(path, args)
+    assert {m.workload for m in merged.measurements} == {"5"}
+    assert "profile" not in merged.context
+    assert merged.context["reruns"][0]["workloads"] == ["1", "6"]
+    with pytest.raises(SystemExit, match="no saved run"):
+        compare.merged(tmp_path / "missing.json", args)
+
+
+def test_bad_command_line_names_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import compare
+
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--only", "7"])
+    assert "--only: unknown workload(s) 7" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--records", "0"])
+    assert "--records must be positive" in capsys.readouterr().err
