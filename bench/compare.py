@@ -545,7 +545,9 @@ def main(argv: list[str] | None = None) -> int:
         run.context["elapsed_s"] = time.perf_counter() - started
     run.save(results)
     report.write(run, Path(args.out), results.parent, quick=args.quick)
-    log(f"done in {run.context['elapsed_s'] / 60:.1f} min: wrote {args.out} and {results.parent}/")
+    log(
+        f"done in {(time.perf_counter() - started) / 60:.1f} min: wrote {args.out} and {results.parent}/"
+    )
     return 0
 
 

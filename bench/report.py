@@ -125,8 +125,11 @@ def ratio(run: Run, w: str, case: str, metric: str) -> float | None:
     return m / k
 
 
+NEUTRAL = ("GB on disk",)  # context, neither better nor worse
+
+
 def verdict(r: float | None, metric: str) -> str:
-    if r is None:
+    if r is None or metric in NEUTRAL:
         return "—"
     if 0.95 <= r <= 1.05:
         return "about equal"
@@ -261,6 +264,14 @@ Self time by source file:
 """
 
 
+def _tick(workload: str, case: str, metric: str) -> str:
+    """A short, wrapped x label: workload, case (format on its own line), metric if several."""
+    case = case.replace(", maxOffsetsPerTrigger=", "\nmaxOffsetsPerTrigger ")
+    case = case.replace(': format("', '\nformat("').replace("kafka-", "kafka-\n", 1)
+    label = f"{workload}: {case}"
+    return label if metric in ("records/s", "rows/s") else f"{label}\n{metric}"
+
+
 def plots(run: Run, directory: Path) -> list[Path]:
     """PNG plots of the headline figures; returns the files written."""
     import matplotlib
@@ -287,7 +298,7 @@ def plots(run: Run, directory: Path) -> list[Path]:
             xs = [x + (i - 0.5) * width for x in range(len(present))]
             ax.bar(xs, values, width, label=system, color=colors[system])
         ax.set_xticks(range(len(present)))
-        ax.set_xticklabels([f"{w}: {c}" for w, c, _ in present], fontsize=7, rotation=15)
+        ax.set_xticklabels([_tick(w, c, m) for w, c, m in present], fontsize=7)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.legend()

@@ -86,6 +86,7 @@ def test_verdict_reads_rates_and_latencies_the_right_way_round() -> None:
     assert report.verdict(2.0, "seconds") == "Kafka 2.00x better"
     assert report.verdict(1.02, "records/s") == "about equal"
     assert report.verdict(None, "records/s") == "—"
+    assert report.verdict(1.5, "GB on disk") == "—"
 
 
 def test_results_round_trip_and_report_renders(tmp_path: Path) -> None:
