@@ -14,15 +14,13 @@ import platform
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from bench.procstat import cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORD = b"x" * 100
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -48,11 +46,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def millrace(*args: str) -> str:
@@ -112,66 +105,13 @@ def produce(
     pids: list[int],
     extra: dict[str, object] | None = None,
 ) -> Phase:
-    """``n`` records of RECORD into partition 0 (linger.ms=5, acks=1 unless ``extra`` says
-    otherwise); broker CPU summed over ``pids``."""
-    p = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "linger.ms": 5,
-            "acks": 1,
-            "queue.buffering.max.messages": 1_000_000,
-            **(extra or {}),
-        }
-    )
-    failures: list[object] = []
+    """``n`` records of RECORD into partition 0 with the load generator (linger.ms=5, acks=1
+    unless ``extra`` says otherwise); broker CPU summed over ``pids``."""
+    from bench import loadgen  # loadgen imports RECORD and progress from here
 
-    def on_delivery(err: object, _msg: object) -> None:
-        if err is not None:
-            failures.append(err)
-
-    def cpu() -> float:
-        return sum(cpu_seconds(pid) for pid in pids)
-
-    cpu0, t0 = cpu(), time.perf_counter()
-    for i in range(n):
-        while True:
-            try:
-                p.produce(topic, RECORD, partition=0, on_delivery=on_delivery)
-                break
-            except BufferError:
-                p.poll(0.005)
-        if i % 50_000 == 0:
-            p.poll(0)
-            progress(f"  {topic}: produced {i:,}/{n:,}")
-    if p.flush(600) != 0 or failures:
-        raise SystemExit(f"{topic}: produce failed: {len(failures)} errors, e.g. {failures[:1]}")
-    seconds = time.perf_counter() - t0
-    return Phase(n, seconds, cpu() - cpu0)
-
-
-def consume(bootstrap: str, topic: str, n: int, pid: int) -> Phase:
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench",
-            "enable.auto.commit": False,
-            "fetch.max.bytes": 52_428_800,
-        }
-    )
-    c.assign([TopicPartition(topic, 0, 0)])
-    got = 0
-    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-    deadline = t0 + 600
-    while got < n and time.perf_counter() < deadline:
-        for m in c.consume(10_000, 1.0):
-            if m.error() is None:
-                got += 1
-        progress(f"  consume {got:,}/{n:,}")
-    seconds = time.perf_counter() - t0
-    c.close()
-    if got != n:
-        raise SystemExit(f"consumed {got} of {n} records")
-    return Phase(n, seconds, cpu_seconds(pid) - cpu0)
+    cpu0 = sum(cpu_seconds(pid) for pid in pids)
+    result = loadgen.produce(bootstrap, topic, n, dict(extra or {}))
+    return Phase(n, result.seconds, sum(cpu_seconds(pid) for pid in pids) - cpu0)
 
 
 def machine() -> str:

@@ -110,6 +110,7 @@ class Bench:
         self.a = args
         self.run = run
         self.topic_seq = 0
+        self.w1_topics: dict[str, list[str]] = {}  # system -> workload 1's topics, for 3
 
     def topic(self, system: System, prefix: str) -> str:
         self.topic_seq += 1
@@ -354,8 +355,6 @@ class Bench:
                     )
             s.delete_topic(filler)
 
-    w1_topics: dict[str, list[str]]
-
 
 def limits(tmp: Path, megabytes: int) -> dict[str, float]:
     from bench import limits as machine_limits
@@ -511,7 +510,6 @@ def main(argv: list[str] | None = None) -> int:
     results = Path(args.results)
     run = merged(results, args) if args.merge else Run(context=context(args))
     bench = Bench(args, run)
-    bench.w1_topics = {}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="millrace-bench-", dir=ROOT / ".cache") as tmp_s:
         tmp = Path(tmp_s)

@@ -37,11 +37,11 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class Produced:
+class Consumed:
+    """``records`` of :data:`RECORD` in ``seconds``."""
+
     records: int
     seconds: float
-    p50_ms: float
-    p99_ms: float
 
     @property
     def records_s(self) -> float:
@@ -53,17 +53,11 @@ class Produced:
 
 
 @dataclass(frozen=True, slots=True)
-class Consumed:
-    records: int
-    seconds: float
+class Produced(Consumed):
+    """As :class:`Consumed`, with the produce latency percentiles."""
 
-    @property
-    def records_s(self) -> float:
-        return self.records / self.seconds
-
-    @property
-    def mb_s(self) -> float:
-        return self.records * len(RECORD) / self.seconds / 1e6
+    p50_ms: float
+    p99_ms: float
 
 
 @dataclass(frozen=True, slots=True)
