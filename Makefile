@@ -23,14 +23,16 @@ $(STAMP): pyproject.toml
 # From Maven Central into an ignored cache (nothing from Kafka or Spark is committed):
 #   kafka-4, kafka-3   the Kafka Java clients 4.x (with dependencies) and 3.9;
 #   kafka-dist         Apache Kafka 3.9 itself, broker and tools (jvm/kafka-dist/pom.xml);
-#   spark-kafka        Spark's own Kafka connector for spark.jars (jvm/spark-kafka/pom.xml).
+#   spark-kafka        Spark's own Kafka connector for spark.jars (jvm/spark-kafka/pom.xml);
+#   delta              Delta Lake 4.4.0 for spark.jars (jvm/delta/pom.xml).
 MVN := mvn -q -B -s jvm/maven-settings.xml
-$(JVM_STAMP): jvm/pom.xml jvm/kafka-dist/pom.xml jvm/spark-kafka/pom.xml jvm/maven-settings.xml
-	rm -rf $(JVM)/kafka-dist $(JVM)/spark-kafka
+$(JVM_STAMP): jvm/pom.xml jvm/kafka-dist/pom.xml jvm/spark-kafka/pom.xml jvm/delta/pom.xml jvm/maven-settings.xml
+	rm -rf $(JVM)/kafka-dist $(JVM)/spark-kafka $(JVM)/delta
 	$(MVN) -f jvm/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(JVM)/kafka-4
 	$(MVN) -f jvm/pom.xml dependency:copy -Dartifact=org.apache.kafka:kafka-clients:$(KAFKA_CLIENTS_3) -DoutputDirectory=$(CURDIR)/$(JVM)/kafka-3
 	$(MVN) -f jvm/kafka-dist/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JVM)/kafka-dist
 	$(MVN) -f jvm/spark-kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JVM)/spark-kafka
+	$(MVN) -f jvm/delta/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(JVM)/delta
 	@touch $(JVM_STAMP)
 
 test: setup
