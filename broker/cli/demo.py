@@ -8,7 +8,10 @@ summary (records produced and consumed, rates, per-partition end offsets, three 
 records); dump the first five batches of partition 0's first segment with ``dump-log``;
 then run the Spark streaming job ``jobs/stream_counts.py`` with ``spark-submit``
 (``format("millrace")`` in and out, counts per user per minute, ``Trigger.AvailableNow``)
-into the topic ``demo-counts`` and print the largest counts (``--no-spark`` skips it).
+into the topic ``demo-counts`` and print the largest counts, and land the events in a Delta
+Lake table with ``jobs/topic_to_delta.py`` (Delta's jars from ``make setup`` on
+``spark-submit --jars``), checking the table holds every event once (``--no-spark`` skips
+both jobs).
 
 The cluster is always stopped (``millrace cluster down``), also on failure, Ctrl-C or
 SIGTERM; any process still alive afterwards whose pid is in ``cluster.json`` is killed by pid.
@@ -22,6 +25,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -400,14 +404,11 @@ def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
 COUNTS_TOPIC = "demo-counts"
 
 
-def run_stream_job(bootstrap: str, run_dir: Path) -> int:
-    """``spark-submit jobs/stream_counts.py`` over the demo topic; returns its exit code."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient(_quiet({"bootstrap.servers": bootstrap}))
-    admin.create_topics([NewTopic(COUNTS_TOPIC, num_partitions=1, replication_factor=1)])[
-        COUNTS_TOPIC
-    ].result()
+def spark_submit(
+    script: str, job_args: list[str], run_dir: Path, log_name: str, submit_args: list[str]
+) -> tuple[int, str]:
+    """``spark-submit jobs/<script>`` in local mode with a progress line; returns its exit
+    code and its output (also kept in ``run_dir/<log_name>``)."""
     root = Path(__file__).resolve().parents[2]
     submit = Path(sys.executable).with_name("spark-submit")
     cmd = [
@@ -418,42 +419,101 @@ def run_stream_job(bootstrap: str, run_dir: Path) -> int:
         "spark.ui.enabled=false",
         "--conf",
         "spark.sql.shuffle.partitions=2",
-        str(root / "jobs" / "stream_counts.py"),
-        "--bootstrap",
-        bootstrap,
-        "--input",
-        TOPIC,
-        "--output",
-        COUNTS_TOPIC,
-        "--checkpoint",
-        str(run_dir / "stream-counts-checkpoint"),
-        "--window",
-        "1 minute",
-        "--available-now",
+        *submit_args,
+        str(root / "jobs" / script),
+        *job_args,
     ]
     env = dict(
         os.environ,
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_LOCAL_IP="127.0.0.1",
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     )
-    log_path = run_dir / "spark-submit.log"
-    say(
-        f"$ spark-submit jobs/stream_counts.py --input {TOPIC} --output {COUNTS_TOPIC} "
-        f"--available-now   (Spark output in {log_path})"
-    )
+    log_path = run_dir / log_name
+    say(f"$ spark-submit jobs/{script} {' '.join(job_args[2:])}   (Spark output in {log_path})")
     with log_path.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root)
         started = time.monotonic()
         while proc.poll() is None:
-            _progress(f"  streaming job running ... {time.monotonic() - started:4.0f}s")
+            _progress(f"  job running ... {time.monotonic() - started:4.0f}s")
             time.sleep(1)
     _progress("")
     sys.stdout.write("\r")
+    output = log_path.read_text(errors="replace")
     if proc.returncode != 0:
-        tail = log_path.read_text(errors="replace")[-2000:]
-        say(f"  spark-submit failed (exit {proc.returncode}):\n{tail}")
-    return proc.returncode
+        say(f"  spark-submit failed (exit {proc.returncode}):\n{output[-2000:]}")
+    return proc.returncode, output
+
+
+def run_stream_job(bootstrap: str, run_dir: Path) -> int:
+    """``spark-submit jobs/stream_counts.py`` over the demo topic; returns its exit code."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(_quiet({"bootstrap.servers": bootstrap}))
+    admin.create_topics([NewTopic(COUNTS_TOPIC, num_partitions=1, replication_factor=1)])[
+        COUNTS_TOPIC
+    ].result()
+    code, _output = spark_submit(
+        "stream_counts.py",
+        [
+            "--bootstrap",
+            bootstrap,
+            "--input",
+            TOPIC,
+            "--output",
+            COUNTS_TOPIC,
+            "--checkpoint",
+            str(run_dir / "stream-counts-checkpoint"),
+            "--window",
+            "1 minute",
+            "--available-now",
+        ],
+        run_dir,
+        "spark-submit.log",
+        [],
+    )
+    return code
+
+
+DELTA_ROWS = re.compile(r"topic_to_delta: the Delta table holds (\d+) rows")
+
+
+def run_delta_job(bootstrap: str, run_dir: Path) -> int | None:
+    """``spark-submit jobs/topic_to_delta.py``: the demo topic into a Delta table (Delta
+    Lake's jars from ``make setup``); returns the table's row count, None on failure."""
+    from spark_connector.session import MissingJarsError, submit_args
+
+    try:
+        delta_args = submit_args(delta=True)
+    except MissingJarsError as exc:
+        say(f"  {exc}")
+        return None
+    table = run_dir / "delta" / TOPIC
+    code, output = spark_submit(
+        "topic_to_delta.py",
+        [
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            TOPIC,
+            "--table",
+            str(table),
+            "--checkpoint",
+            str(run_dir / "topic-to-delta-checkpoint"),
+            "--decode",
+            "--available-now",
+        ],
+        run_dir,
+        "spark-submit-delta.log",
+        delta_args,
+    )
+    match = DELTA_ROWS.search(output)
+    if code != 0 or match is None:
+        return None
+    rows = int(match.group(1))
+    say(f"  Delta table {table}: {rows:,} rows (one per event, each micro-batch written once)")
+    return rows
 
 
 def print_top_counts(bootstrap: str, limit: int = 5) -> int:
@@ -553,6 +613,16 @@ def run_demo(run_dir: Path, records: int, spark: bool = True) -> int:
                 f"OK: the streaming job counted all {total:,} events."
                 if ok
                 else f"FAILED: the streaming job counted {total:,} of {records:,} events."
+            )
+            say()
+            say(f"Delta Lake: landing {TOPIC} in a Delta table (txnAppId/txnVersion) ...")
+            rows = run_delta_job(bootstrap, run_dir.resolve())
+            landed = rows == records
+            ok = ok and landed
+            say(
+                f"OK: the Delta table holds all {records:,} events."
+                if landed
+                else f"FAILED: the Delta table holds {rows} rows, expected {records:,}."
             )
     return 0 if ok else 1
 

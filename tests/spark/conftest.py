@@ -2,16 +2,17 @@
 few shuffle partitions) with the ``millrace`` format registered, plus the real-broker
 ``cluster`` fixtures of the integration tier.
 
-When ``make setup`` has fetched Spark's own Kafka connector into ``SPARK_KAFKA_JARS``, its
-jars are put on the session's ``spark.jars`` (they must be set before the JVM starts), so
-``format("kafka")`` is available too; test_spark_kafka_connector.py fails if they are not."""
+The session is built with ``spark_connector.session.configure``: Delta Lake 4.4's jars and
+Spark's own Kafka connector (both fetched by ``make setup`` into ``.cache/jvm``) are on
+``spark.jars``, so ``format("delta")`` and ``format("kafka")`` work beside
+``format("millrace")``; a missing jar fails the session with a message saying to run
+``make setup``. Delta snapshots use one partition so Delta tests stay fast."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,13 +23,6 @@ from tests.integration.conftest import (  # noqa: F401 - re-exported fixtures
     topic_name,
 )
 
-SPARK_KAFKA_JARS = Path(__file__).resolve().parents[2] / ".cache" / "jvm" / "spark-kafka"
-
-
-def spark_kafka_jars() -> list[str]:
-    """The jars of Spark's own Kafka connector fetched by ``make setup`` (empty if absent)."""
-    return sorted(str(p) for p in SPARK_KAFKA_JARS.glob("*.jar"))
-
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
@@ -37,10 +31,9 @@ def spark() -> Iterator[Any]:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder
-    jars = spark_kafka_jars()
-    if jars:
-        builder = builder.config("spark.jars", ",".join(jars))
+    from spark_connector.session import configure
+
+    builder = configure(SparkSession.builder, delta=True, spark_kafka=True)
     session = (
         builder.master("local[2]")
         .appName("millrace-tests")
@@ -50,6 +43,7 @@ def spark() -> Iterator[Any]:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.databricks.delta.snapshotPartitions", "1")
         .getOrCreate()
     )
     try:
