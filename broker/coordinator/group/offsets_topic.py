@@ -79,8 +79,15 @@ Concurrency: pure functions and immutable values; safe from any thread.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
+
+from broker.coordinator.message_codec import (
+    MessageReader,
+    MessageWriter,
+    RecordFormatError,
+    java_string_hash,
+    partition_for,
+)
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
@@ -95,14 +102,25 @@ _FIRST_FLEXIBLE_VALUE_VERSION = 4
 
 _NO_TIMESTAMP = -1
 _NO_LEADER_EPOCH = -1
-_MAX_STRING_BYTES = 0x7FFF
+_java_string_hash = java_string_hash  # kept for callers and tests of this module
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
+__all__ = [
+    "GroupMetadataKey",
+    "GroupMetadataValue",
+    "MemberRecord",
+    "OffsetKey",
+    "OffsetValue",
+    "OffsetsRecordError",
+    "UnknownKeyVersionError",
+    "decode_key",
+    "decode_value",
+    "encode_key",
+    "encode_value",
+    "partition_for",
+]
 
 
-class OffsetsRecordError(ValueError):
+class OffsetsRecordError(RecordFormatError):
     """A ``__consumer_offsets`` key or value that cannot be decoded (or a value that cannot
     be encoded in Kafka's format, such as a string longer than 32767 UTF-8 bytes)."""
 
@@ -173,133 +191,30 @@ class GroupMetadataValue:
 
 
 # ---------------------------------------------------------------------------------------------
-# Partition mapping
-
-
-def _java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode``: ``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 code units,
-    in 32-bit two's complement."""
-    units = s.encode("utf-16-be", "surrogatepass")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(group_id: str, num_partitions: int) -> int:
-    """The ``__consumer_offsets`` partition of ``group_id``, as Kafka computes it.
-
-    Kafka's ``Utils.abs`` is ``Math.abs`` except that ``Integer.MIN_VALUE`` maps to 0 (it is
-    not ``n & 0x7fffffff``, which gives a different partition for every negative hash).
-    """
-    if num_partitions <= 0:
-        raise ValueError(f"num_partitions must be positive, got {num_partitions}")
-    h = _java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
-
-
-# ---------------------------------------------------------------------------------------------
 # Writing
 
 
-class _Writer:
-    """Serialises fields in Kafka's generated-message encoding (non-flexible or flexible)."""
-
-    __slots__ = ("_buf", "_flexible")
-
-    def __init__(self, version: int, flexible: bool) -> None:
-        self._buf = bytearray(_I16.pack(version))
-        self._flexible = flexible
-
-    def getvalue(self) -> bytes:
-        return bytes(self._buf)
-
-    def _pack(self, fmt: struct.Struct, value: int, field: str) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise OffsetsRecordError(f"field {field} must be an int, got {value!r}")
-        try:
-            self._buf += fmt.pack(value)
-        except struct.error as exc:
-            raise OffsetsRecordError(f"field {field} out of range: {value}") from exc
-
-    def int32(self, value: int, field: str) -> None:
-        self._pack(_I32, value, field)
-
-    def int64(self, value: int, field: str) -> None:
-        self._pack(_I64, value, field)
-
-    def _uvarint(self, value: int) -> None:
-        while value >= 0x80:
-            self._buf.append((value & 0x7F) | 0x80)
-            value >>= 7
-        self._buf.append(value)
-
-    def string(self, value: str | None, field: str, nullable: bool = False) -> None:
-        if value is None:
-            if not nullable:
-                raise OffsetsRecordError(f"non-nullable field {field} is None")
-            if self._flexible:
-                self._uvarint(0)
-            else:
-                self._buf += _I16.pack(-1)
-            return
-        if not isinstance(value, str):
-            raise OffsetsRecordError(f"field {field} must be a str, got {value!r}")
-        try:
-            raw = value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise OffsetsRecordError(f"field {field} is not encodable as UTF-8: {exc}") from exc
-        if len(raw) > _MAX_STRING_BYTES:
-            raise OffsetsRecordError(
-                f"field {field} is too long to be serialized: {len(raw)} UTF-8 bytes"
-                f" (at most {_MAX_STRING_BYTES})"
-            )
-        if self._flexible:
-            self._uvarint(len(raw) + 1)
-        else:
-            self._buf += _I16.pack(len(raw))
-        self._buf += raw
-
-    def bytes_(self, value: bytes, field: str) -> None:
-        if not isinstance(value, bytes | bytearray | memoryview):
-            raise OffsetsRecordError(f"field {field} must be bytes, got {type(value).__name__}")
-        raw = bytes(value)
-        if len(raw) > 0x7FFFFFFF:
-            raise OffsetsRecordError(f"field {field} is too long: {len(raw)} bytes")
-        if self._flexible:
-            self._uvarint(len(raw) + 1)
-        else:
-            self._buf += _I32.pack(len(raw))
-        self._buf += raw
-
-    def array_length(self, count: int) -> None:
-        if self._flexible:
-            self._uvarint(count + 1)
-        else:
-            self._buf += _I32.pack(count)
-
-    def tagged_fields(self) -> None:
-        if self._flexible:
-            self._uvarint(0)
+def _writer(version: int, flexible: bool) -> MessageWriter:
+    return MessageWriter(version, flexible, OffsetsRecordError)
 
 
 def encode_key(key: OffsetKey | GroupMetadataKey) -> bytes:
     """The key bytes Kafka 3.9 writes: ``OffsetCommitKey`` v1 or ``GroupMetadataKey`` v2."""
     if isinstance(key, OffsetKey):
-        w = _Writer(OFFSET_COMMIT_KEY_VERSION, flexible=False)
+        w = _writer(OFFSET_COMMIT_KEY_VERSION, flexible=False)
         w.string(key.group, "group")
         w.string(key.topic, "topic")
         w.int32(key.partition, "partition")
         return w.getvalue()
     if isinstance(key, GroupMetadataKey):
-        w = _Writer(GROUP_METADATA_KEY_VERSION, flexible=False)
+        w = _writer(GROUP_METADATA_KEY_VERSION, flexible=False)
         w.string(key.group, "group")
         return w.getvalue()
     raise OffsetsRecordError(f"not a __consumer_offsets key: {key!r}")
 
 
 def _encode_offset_value(value: OffsetValue, version: int) -> bytes:
-    w = _Writer(version, flexible=version >= _FIRST_FLEXIBLE_VALUE_VERSION)
+    w = _writer(version, flexible=version >= _FIRST_FLEXIBLE_VALUE_VERSION)
     w.int64(value.offset, "offset")
     if version >= 3:
         w.int32(value.leader_epoch, "leaderEpoch")
@@ -312,7 +227,7 @@ def _encode_offset_value(value: OffsetValue, version: int) -> bytes:
 
 
 def _encode_group_value(value: GroupMetadataValue, version: int) -> bytes:
-    w = _Writer(version, flexible=version >= _FIRST_FLEXIBLE_VALUE_VERSION)
+    w = _writer(version, flexible=version >= _FIRST_FLEXIBLE_VALUE_VERSION)
     w.string(value.protocol_type, "protocolType")
     w.int32(value.generation, "generation")
     w.string(value.protocol, "protocol", nullable=True)
@@ -357,101 +272,8 @@ def encode_value(value: OffsetValue | GroupMetadataValue) -> bytes:
 # Reading
 
 
-class _Reader:
-    """Reads fields in Kafka's generated-message encoding; every failure is an
-    :class:`OffsetsRecordError` naming the record and field."""
-
-    __slots__ = ("_data", "_pos", "_what", "flexible")
-
-    def __init__(self, data: bytes | bytearray | memoryview, what: str) -> None:
-        self._data = memoryview(data)
-        self._pos = 0
-        self._what = what
-        self.flexible = False
-
-    def error(self, message: str) -> OffsetsRecordError:
-        return OffsetsRecordError(f"malformed {self._what}: {message}")
-
-    def _take(self, n: int, field: str) -> memoryview:
-        end = self._pos + n
-        if end > len(self._data):
-            raise self.error(
-                f"field {field} needs {n} bytes at position {self._pos},"
-                f" only {len(self._data) - self._pos} remain"
-            )
-        out = self._data[self._pos : end]
-        self._pos = end
-        return out
-
-    def int16(self, field: str) -> int:
-        return int(_I16.unpack(self._take(2, field))[0])
-
-    def int32(self, field: str) -> int:
-        return int(_I32.unpack(self._take(4, field))[0])
-
-    def int64(self, field: str) -> int:
-        return int(_I64.unpack(self._take(8, field))[0])
-
-    def uvarint(self, field: str) -> int:
-        result = 0
-        for shift in range(0, 35, 7):
-            b = self._take(1, field)[0]
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-        raise self.error(f"field {field}: varint longer than 5 bytes")
-
-    def _length(self, field: str, wide: bool) -> int:
-        """The length prefix of a string (``wide=False``), bytes or array; ``-1`` is null."""
-        if self.flexible:
-            return self.uvarint(field) - 1
-        return self.int32(field) if wide else self.int16(field)
-
-    def string(self, field: str) -> str:
-        value = self.nullable_string(field)
-        if value is None:
-            raise self.error(f"non-nullable field {field} was serialized as null")
-        return value
-
-    def nullable_string(self, field: str) -> str | None:
-        n = self._length(field, wide=False)
-        if n < 0:
-            if n != -1:
-                raise self.error(f"field {field} has negative length {n}")
-            return None
-        if n > _MAX_STRING_BYTES:
-            raise self.error(f"string field {field} had invalid length {n}")
-        raw = self._take(n, field)
-        try:
-            return str(raw, "utf-8")
-        except UnicodeDecodeError as exc:
-            raise self.error(f"field {field} is not valid UTF-8: {exc}") from exc
-
-    def bytes_(self, field: str) -> bytes:
-        n = self._length(field, wide=True)
-        if n < 0:
-            raise self.error(f"non-nullable field {field} was serialized as null")
-        return bytes(self._take(n, field))
-
-    def array_length(self, field: str) -> int:
-        n = self._length(field, wide=True)
-        if n < 0:
-            raise self.error(f"non-nullable field {field} was serialized as null")
-        if n > len(self._data) - self._pos:  # every element takes at least one byte
-            raise self.error(f"array field {field} claims {n} elements in fewer bytes")
-        return n
-
-    def tagged_fields(self) -> None:
-        if not self.flexible:
-            return
-        for _ in range(self.uvarint("tagged field count")):
-            self.uvarint("tag")
-            self._take(self.uvarint("tagged field size"), "tagged field")
-
-    def finish(self) -> None:
-        left = len(self._data) - self._pos
-        if left:
-            raise self.error(f"{left} unexpected bytes after the last field")
+def _reader(data: bytes | bytearray | memoryview, what: str) -> MessageReader:
+    return MessageReader(data, what, OffsetsRecordError)
 
 
 def _check_bytes(data: object, what: str) -> bytes | bytearray | memoryview:
@@ -462,7 +284,7 @@ def _check_bytes(data: object, what: str) -> bytes | bytearray | memoryview:
 
 def decode_key(data: bytes) -> OffsetKey | GroupMetadataKey:
     """Decode a key of any version Kafka has written (0-2); the version says which kind."""
-    r = _Reader(_check_bytes(data, "key"), "__consumer_offsets key")
+    r = _reader(_check_bytes(data, "key"), "__consumer_offsets key")
     version = r.int16("version")
     if version in _OFFSET_KEY_VERSIONS:
         key: OffsetKey | GroupMetadataKey = OffsetKey(
@@ -476,7 +298,7 @@ def decode_key(data: bytes) -> OffsetKey | GroupMetadataKey:
     return key
 
 
-def _value_version(r: _Reader, kind: str) -> int:
+def _value_version(r: MessageReader, kind: str) -> int:
     version = r.int16("version")
     if not 0 <= version <= _MAX_VALUE_VERSION:
         raise r.error(f"unknown {kind} version {version}")
@@ -485,7 +307,7 @@ def _value_version(r: _Reader, kind: str) -> int:
 
 
 def _decode_offset_value(data: bytes | bytearray | memoryview) -> OffsetValue:
-    r = _Reader(data, "OffsetCommitValue")
+    r = _reader(data, "OffsetCommitValue")
     version = _value_version(r, "OffsetCommitValue")
     offset = r.int64("offset")
     leader_epoch = r.int32("leaderEpoch") if version >= 3 else _NO_LEADER_EPOCH
@@ -504,7 +326,7 @@ def _decode_offset_value(data: bytes | bytearray | memoryview) -> OffsetValue:
 
 
 def _decode_group_value(data: bytes | bytearray | memoryview) -> GroupMetadataValue:
-    r = _Reader(data, "GroupMetadataValue")
+    r = _reader(data, "GroupMetadataValue")
     version = _value_version(r, "GroupMetadataValue")
     protocol_type = r.string("protocolType")
     generation = r.int32("generation")
