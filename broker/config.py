@@ -483,6 +483,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ),
         ConfigDef("replica.fetch.backoff.ms", _T.INT, 1000, "follower fetch error backoff"),
         ConfigDef(
+            "request.timeout.ms",
+            _T.INT,
+            30_000,
+            "how long a coordinator waits for its acks=all writes (and inter-broker requests)",
+        ),
+        ConfigDef(
             "controller.socket.timeout.ms", _T.INT, 30_000, "controller-to-broker request timeout"
         ),
         ConfigDef("controlled.shutdown.enable", _T.BOOLEAN, True, "controlled shutdown"),
@@ -523,6 +529,30 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("transaction.state.log.segment.bytes", _T.INT, 104_857_600, "segment size"),
         ConfigDef("transactional.id.expiration.ms", _T.INT, 604_800_000, "txn id expiry"),
         ConfigDef("transaction.max.timeout.ms", _T.INT, 900_000, "max txn timeout"),
+        ConfigDef(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            _T.INT,
+            10_000,
+            "how often timed-out transactions are looked for and aborted",
+        ),
+        ConfigDef(
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            _T.INT,
+            3_600_000,
+            "how often idle transactional ids are expired",
+        ),
+        ConfigDef(
+            "transaction.partition.verification.enable",
+            _T.BOOLEAN,
+            True,
+            "leaders verify with the coordinator that a partition is in the transaction",
+        ),
+        ConfigDef(
+            "transaction.state.log.load.buffer.size",
+            _T.INT,
+            5_242_880,
+            "read size when a coordinator loads __transaction_state",
+        ),
         ConfigDef("producer.id.expiration.ms", _T.INT, 86_400_000, "idle producer expiry"),
         ConfigDef("fetch.max.bytes", _T.INT, 57_671_680, "max fetch response size"),
         ConfigDef(
