@@ -31,7 +31,23 @@ snapshot format (version 1), so a Kafka tool can read them::
            current_txn_first_offset int64
 
 As in Kafka, a snapshot keeps only the latest batch of each producer (``last_offset`` -1 and
-``last_sequence`` -1 when the producer has none). Loading takes the newest snapshot not
+``last_sequence`` -1 when the producer has none).
+
+Transactions (KIP-98). A transactional batch of a producer with no open transaction on this
+partition opens one at its base offset (the producer's ``current_txn_first_offset``); a
+control batch (a commit or abort marker, whose type the caller decodes and passes) closes
+it and yields a :class:`CompletedTxn` ``(producer id, first offset, marker offset, aborted)``.
+The log writes an aborted one to the segment's ``.txnindex`` with
+:meth:`ProducerStateManager.last_stable_offset_for`, then calls ``complete_txn``, which moves
+it from the *ongoing* transactions to the *unreplicated* ones until the high watermark
+passes its marker (``on_high_watermark``). The **first unstable offset** is the first offset
+of the earliest ongoing or unreplicated transaction; the last stable offset (LSO) is
+min(first unstable offset, high watermark): read_committed consumers read only below it.
+On the produce path, a non-transactional batch from a producer with an open transaction is
+INVALID_TXN_STATE, and a marker with an older producer epoch (INVALID_PRODUCER_EPOCH) or an
+older coordinator epoch (TRANSACTION_COORDINATOR_FENCED) is refused (``check_marker``).
+Snapshots carry each producer's ``current_txn_first_offset``, so ongoing transactions survive
+restarts. Loading takes the newest snapshot not
 beyond the log end, then replays the log's batch headers from its offset; a snapshot that is
 truncated or fails its CRC is deleted and an older one (or the log start) is used instead.
 """
@@ -65,17 +81,23 @@ __all__ = [
     "SNAPSHOTS_TO_RETAIN",
     "SNAPSHOT_SUFFIX",
     "BatchMetadata",
+    "CompletedTxn",
     "CorruptSnapshotError",
     "InvalidProducerEpochError",
+    "InvalidTxnStateError",
     "OutOfOrderSequenceError",
     "ProducerEntry",
     "ProducerStateManager",
+    "TransactionCoordinatorFencedError",
     "decode_snapshot",
     "encode_snapshot",
     "snapshot_path",
 ]
 
 logger = logging.getLogger(__name__)
+
+EndTxnMarkerInfo = tuple[bool, int | None]
+"""What a control batch says: (aborted, coordinator epoch)."""
 
 NUM_BATCHES_TO_RETAIN = 5
 SNAPSHOTS_TO_RETAIN = 2
@@ -112,6 +134,25 @@ class OutOfOrderSequenceError(KafkaError):
 
 class InvalidProducerEpochError(KafkaError):
     code = ErrorCode.invalid_producer_epoch
+
+
+class InvalidTxnStateError(KafkaError):
+    code = ErrorCode.invalid_txn_state
+
+
+class TransactionCoordinatorFencedError(KafkaError):
+    code = ErrorCode.transaction_coordinator_fenced
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker just ended on this partition: its first record's offset and
+    the marker's offset (``last_offset``)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
 
 
 class CorruptSnapshotError(Exception):
@@ -240,6 +281,10 @@ class ProducerStateManager:
         self._expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerEntry] = {}
         self._snapshots: list[int] = self._scan_snapshots()
+        # first offset -> producer id of every open transaction, in offset order
+        self._ongoing: dict[int, int] = {}
+        # first offset -> transaction ended by a marker the high watermark has not passed
+        self._unreplicated: dict[int, CompletedTxn] = {}
 
     # --- the produce path --------------------------------------------------------------
 
@@ -259,6 +304,15 @@ class ProducerStateManager:
         epoch = header.producer_epoch
         current_epoch = entry.producer_epoch
         first_seq = header.base_sequence
+        if (
+            not header.attributes & TRANSACTIONAL_MASK
+            and entry.current_txn_first_offset >= 0
+            and epoch == current_epoch
+        ):
+            raise InvalidTxnStateError(
+                f"expected a transactional write from producer {pid}: its transaction "
+                f"opened at offset {entry.current_txn_first_offset} is not finished"
+            )
         if epoch != current_epoch:
             if epoch < current_epoch:
                 raise InvalidProducerEpochError(
@@ -288,25 +342,45 @@ class ProducerStateManager:
             f"expected {0 if last_seq == _MAX_SEQ else last_seq + 1}"
         )
 
+    def check_marker(self, header: BatchHeader, coordinator_epoch: int) -> None:
+        """Validate a marker from the transaction coordinator before a leader appends it:
+        an older producer epoch than the producer's is INVALID_PRODUCER_EPOCH, an older
+        coordinator epoch than the last marker's is TRANSACTION_COORDINATOR_FENCED."""
+        entry = self._producers.get(header.producer_id)
+        if entry is None:
+            return
+        if header.producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"marker for producer {header.producer_id} has epoch {header.producer_epoch},"
+                f" older than the producer's {entry.producer_epoch}"
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker for producer {header.producer_id} comes from coordinator epoch "
+                f"{coordinator_epoch}, older than {entry.coordinator_epoch}"
+            )
+
     def update(
         self,
         header: BatchHeader,
         append_time_ms: int,
         *,
         coordinator_epoch: int | None = None,
-    ) -> None:
+        aborted: bool = False,
+    ) -> CompletedTxn | None:
         """Record an appended batch (``header`` carries its final offsets).
 
         ``append_time_ms`` becomes the batch's and the producer's last timestamp (the
         clock that expiry compares with). No validation: used for leader appends after
         ``check_batch``, for follower appends and for log replay. A control batch (a
-        transaction marker) ends the producer's transaction; ``coordinator_epoch``, when
-        the caller knows it from the marker, is recorded. Batches without a producer id
-        are ignored.
+        transaction marker, ``aborted`` and ``coordinator_epoch`` decoded by the caller)
+        ends the producer's transaction and returns it; the caller then records it
+        (``.txnindex``) and calls :meth:`complete_txn`. Batches without a producer id are
+        ignored.
         """
         pid = header.producer_id
         if pid < 0:
-            return
+            return None
         entry = self._producers.get(pid)
         epoch = header.producer_epoch
         if entry is None:
@@ -318,10 +392,12 @@ class ProducerStateManager:
         entry.last_timestamp = append_time_ms
         attributes = header.attributes
         if attributes & CONTROL_MASK:
+            marker_offset = header.base_offset
+            first = entry.current_txn_first_offset
             entry.current_txn_first_offset = NO_OFFSET
             if coordinator_epoch is not None:
                 entry.coordinator_epoch = coordinator_epoch
-            return
+            return CompletedTxn(pid, first if first >= 0 else marker_offset, marker_offset, aborted)
         base_offset = header.base_offset
         delta = header.last_offset_delta
         first_seq = header.base_sequence
@@ -336,6 +412,45 @@ class ProducerStateManager:
         )
         if attributes & TRANSACTIONAL_MASK and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = base_offset
+            self._ongoing[base_offset] = pid
+        return None
+
+    # --- transactions --------------------------------------------------------------------
+
+    def last_stable_offset_for(self, completed: CompletedTxn) -> int:
+        """The LSO right after ``completed``'s marker: the first offset of the earliest
+        other open transaction, or the marker's offset + 1."""
+        for first, pid in self._ongoing.items():
+            if pid != completed.producer_id:
+                return first
+        return completed.last_offset + 1
+
+    def complete_txn(self, completed: CompletedTxn) -> None:
+        """``completed``'s marker is in the log: it stays unstable until the high
+        watermark passes the marker."""
+        if self._ongoing.get(completed.first_offset) == completed.producer_id:
+            del self._ongoing[completed.first_offset]
+        self._unreplicated[completed.first_offset] = completed
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Transactions whose marker is below the high watermark are stable."""
+        if self._unreplicated:
+            done = [f for f, c in self._unreplicated.items() if c.last_offset < high_watermark]
+            for first in done:
+                del self._unreplicated[first]
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open or not yet replicated transaction."""
+        first = next(iter(self._ongoing), None)
+        if self._unreplicated:
+            earliest = min(self._unreplicated)
+            first = earliest if first is None else min(first, earliest)
+        return first
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """first offset -> producer id of the open transactions (a copy)."""
+        return dict(self._ongoing)
 
     # --- queries -----------------------------------------------------------------------
 
@@ -400,6 +515,10 @@ class ProducerStateManager:
         log_start_offset: int,
         log_end_offset: int,
         batches_from: Callable[[int], Iterable[BatchHeader]],
+        markers: Callable[[BatchHeader], EndTxnMarkerInfo] | None = None,
+        *,
+        replay_before: int | None = None,
+        on_completed: Callable[[CompletedTxn], None] | None = None,
     ) -> None:
         """Rebuild the state for a log spanning [log_start_offset, log_end_offset).
 
@@ -407,13 +526,22 @@ class ProducerStateManager:
         are deleted) or starts empty, replays the batch headers from there to the log end
         (timestamps from the batches' ``maxTimestamp``), then drops producers whose last
         batch lies below the log start and producers that have expired.
+
+        ``markers(header)`` decodes a control batch's (aborted, coordinator epoch); without
+        it markers count as commits. With ``replay_before``, the snapshot used is at or
+        below that offset and ``on_completed`` is called for every transaction a marker at
+        or after it ends (recovery rebuilds those segments' ``.txnindex`` this way), before
+        the transaction is completed.
         """
         self._producers = {}
+        self._ongoing = {}
+        self._unreplicated = {}
         for offset in [o for o in self._snapshots if o > log_end_offset]:
             self._delete_snapshot(offset)
         replay_from = log_start_offset
-        while self._snapshots:
-            offset = self._snapshots[-1]
+        usable = [o for o in self._snapshots if replay_before is None or o <= max(replay_before, 0)]
+        while usable:
+            offset = usable[-1]
             try:
                 entries = decode_snapshot(snapshot_path(self._dir, offset).read_bytes())
             except (CorruptSnapshotError, OSError) as exc:
@@ -421,15 +549,39 @@ class ProducerStateManager:
                     "ignoring producer snapshot %s: %s", snapshot_path(self._dir, offset), exc
                 )
                 self._delete_snapshot(offset)
+                usable.pop()
                 continue
             self._producers = {e.producer_id: e for e in entries}
+            self._ongoing = {
+                e.current_txn_first_offset: e.producer_id
+                for e in sorted(entries, key=lambda e: e.current_txn_first_offset)
+                if e.current_txn_first_offset >= 0
+            }
             replay_from = max(offset, log_start_offset)
             break
         update = self.update
         for header in batches_from(replay_from):
             if header.base_offset >= log_end_offset:
                 break
-            if header.producer_id >= 0:
+            if header.producer_id < 0:
+                continue
+            if header.attributes & CONTROL_MASK:
+                aborted, coordinator_epoch = (False, None) if markers is None else markers(header)
+                completed = update(
+                    header,
+                    header.max_timestamp,
+                    coordinator_epoch=coordinator_epoch,
+                    aborted=aborted,
+                )
+                if completed is not None:
+                    if (
+                        on_completed is not None
+                        and replay_before is not None
+                        and completed.last_offset >= replay_before
+                    ):
+                        on_completed(completed)
+                    self.complete_txn(completed)
+            else:
                 update(header, header.max_timestamp)
         stale = [
             pid
@@ -439,15 +591,21 @@ class ProducerStateManager:
         for pid in stale:
             del self._producers[pid]
         self.remove_expired()
+        self.on_high_watermark(log_end_offset)  # a reloaded log's markers are all written
+
+    def on_log_start_offset(self, log_start_offset: int) -> None:
+        """Transactions that ended below the new log start are forgotten."""
+        self.on_high_watermark(min(log_start_offset, 2**63 - 1))
 
     def truncate(
         self,
         log_start_offset: int,
         log_end_offset: int,
         batches_from: Callable[[int], Iterable[BatchHeader]],
+        markers: Callable[[BatchHeader], EndTxnMarkerInfo] | None = None,
     ) -> None:
         """After the log was truncated to ``log_end_offset``: drop later snapshots, reload."""
-        self.load(log_start_offset, log_end_offset, batches_from)
+        self.load(log_start_offset, log_end_offset, batches_from, markers)
 
     # --- helpers -----------------------------------------------------------------------
 

@@ -14,11 +14,14 @@ from broker.log.producer_state import (
     NUM_BATCHES_TO_RETAIN,
     SNAPSHOTS_TO_RETAIN,
     BatchMetadata,
+    CompletedTxn,
     CorruptSnapshotError,
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
     ProducerEntry,
     ProducerStateManager,
+    TransactionCoordinatorFencedError,
     decode_snapshot,
     encode_snapshot,
     snapshot_path,
@@ -108,7 +111,10 @@ def append(
     transactional: bool = False,
 ) -> BatchHeader:
     """Leader append: check, then append and update with the final offsets."""
-    assert psm.check_batch(batch(seq, count, pid=pid, epoch=epoch)) is None
+    assert (
+        psm.check_batch(batch(seq, count, pid=pid, epoch=epoch, transactional=transactional))
+        is None
+    )
     h = log.append(seq, count, pid=pid, epoch=epoch, transactional=transactional)
     psm.update(h, h.max_timestamp)
     return h
@@ -506,3 +512,94 @@ def test_load_drops_expired_producers(tmp_path: Path) -> None:
     psm = ProducerStateManager(tmp_path, clock=clock, producer_id_expiration_ms=1_000)
     psm.load(0, log.next_offset, log.batches_from)
     assert set(psm.active_producers()) == {2}
+
+
+# --- transactions: ongoing, completed, first unstable offset -----------------------------------
+
+
+def _marker(log: FakeLog, *, pid: int = PID, epoch: int = 0) -> BatchHeader:
+    return log.append(-1, pid=pid, epoch=epoch, transactional=True, control=True)
+
+
+def test_transactions_open_complete_and_the_first_unstable_offset(
+    psm: ProducerStateManager,
+) -> None:
+    log = FakeLog()
+    assert psm.first_unstable_offset is None
+    append(psm, log, 0, 2, pid=1, transactional=True)  # txn A at 0
+    append(psm, log, 0, 1, pid=2, transactional=True)  # txn B at 2
+    append(psm, log, 2, 1, pid=1, transactional=True)  # still A
+    assert psm.ongoing_transactions() == {0: 1, 2: 2}
+    assert psm.first_unstable_offset == 0
+    end_a = _marker(log, pid=1)  # offset 4
+    completed = psm.update(end_a, T0, coordinator_epoch=3, aborted=True)
+    assert completed == CompletedTxn(1, 0, 4, True)
+    assert psm.last_stable_offset_for(completed) == 2  # B is still open
+    psm.complete_txn(completed)
+    assert psm.ongoing_transactions() == {2: 2}
+    assert psm.first_unstable_offset == 0  # A's marker is not replicated yet
+    psm.on_high_watermark(5)
+    assert psm.first_unstable_offset == 2
+    end_b = _marker(log, pid=2)  # offset 5
+    done_b = psm.update(end_b, T0, coordinator_epoch=3)
+    assert done_b == CompletedTxn(2, 2, 5, False)
+    assert psm.last_stable_offset_for(done_b) == 6
+    psm.complete_txn(done_b)
+    psm.on_high_watermark(6)
+    assert psm.first_unstable_offset is None
+
+
+def test_marker_without_data_completes_at_its_own_offset(psm: ProducerStateManager) -> None:
+    log = FakeLog()
+    append(psm, log, 0, 1, pid=7)  # idempotent only
+    marker = _marker(log, pid=7)
+    assert psm.update(marker, T0, aborted=True) == CompletedTxn(7, 1, 1, True)
+
+
+def test_non_transactional_write_inside_a_transaction_is_refused(
+    psm: ProducerStateManager,
+) -> None:
+    log = FakeLog()
+    append(psm, log, 0, 1, transactional=True)
+    with pytest.raises(InvalidTxnStateError):
+        psm.check_batch(batch(1))
+    assert psm.check_batch(batch(1, transactional=True)) is None
+
+
+def test_markers_from_stale_epochs_are_refused(psm: ProducerStateManager) -> None:
+    log = FakeLog()
+    append(psm, log, 0, 1, epoch=2, transactional=True)
+    psm.update(_marker(log, epoch=2), T0, coordinator_epoch=5)
+    with pytest.raises(InvalidProducerEpochError):
+        psm.check_marker(batch(-1, epoch=1, transactional=True, control=True), 5)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        psm.check_marker(batch(-1, epoch=2, transactional=True, control=True), 4)
+    psm.check_marker(batch(-1, epoch=3, transactional=True, control=True), 6)
+
+
+def test_open_transactions_survive_snapshot_and_replay(tmp_path: Path, clock: ManualClock) -> None:
+    psm = ProducerStateManager(tmp_path, clock=clock)
+    log = FakeLog()
+    append(psm, log, 0, 1, pid=1, transactional=True)  # 0: A
+    append(psm, log, 0, 1, pid=2, transactional=True)  # 1: B
+    psm.take_snapshot(log.next_offset)  # both open in the snapshot
+    end_a = _marker(log, pid=1)  # 2: abort A
+    psm.update(end_a, T0, aborted=True)
+    append(psm, log, 0, 1, pid=3, transactional=True)  # 3: C
+
+    markers = {end_a.base_offset: (True, 9)}
+    again = ProducerStateManager(tmp_path, clock=clock)
+    seen: list[CompletedTxn] = []
+    again.load(
+        0,
+        log.next_offset,
+        log.batches_from,
+        lambda h: markers[h.base_offset],
+        replay_before=2,
+        on_completed=seen.append,
+    )
+    assert again.ongoing_transactions() == {1: 2, 3: 3}
+    assert again.first_unstable_offset == 1
+    assert seen == [CompletedTxn(1, 0, 2, True)]
+    entry = again.last_entry(1)
+    assert entry is not None and entry.coordinator_epoch == 9
