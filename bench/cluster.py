@@ -68,7 +68,7 @@ from bench.common import (
     replace_section,
     start_cluster,
 )
-from broker.cli.cluster import CLUSTER_ZK_TICK_MS
+from broker.cli.cluster_process import CLUSTER_ZK_TICK_MS
 
 HEADING = "## Cluster (3 brokers)"
 BROKERS = 3
