@@ -58,13 +58,13 @@ import confluent_kafka
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
+from bench.basics import progress
 from bench.common import (
     ROOT,
     Phase,
     machine,
     millrace,
     produce,
-    progress,
     replace_section,
     start_cluster,
 )
