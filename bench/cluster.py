@@ -58,17 +58,17 @@ import confluent_kafka
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
+from bench.basics import progress
 from bench.common import (
     ROOT,
     Phase,
     machine,
     millrace,
     produce,
-    progress,
     replace_section,
     start_cluster,
 )
-from broker.cli.cluster import CLUSTER_ZK_TICK_MS
+from broker.cli.cluster_process import CLUSTER_ZK_TICK_MS
 
 HEADING = "## Cluster (3 brokers)"
 BROKERS = 3

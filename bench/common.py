@@ -1,7 +1,8 @@
-"""Helpers the benchmarks share: the 100-byte record, starting a Millrace cluster with
-``millrace cluster up``, a confluent-kafka producer and consumer phase with the broker's CPU
-time, progress lines on stderr, the machine's description, and writing one section of
-``BENCHMARKS.md`` while keeping the others.
+"""Helpers the benchmarks share: starting a Millrace cluster with ``millrace cluster up``, a
+confluent-kafka produce phase with the broker's CPU time, the machine's description, and
+writing one section of ``BENCHMARKS.md`` while keeping the others. The 100-byte record and
+the progress line are ``bench.basics`` (a leaf: ``bench.loadgen`` needs them too, and this
+module imports ``bench.loadgen``).
 
 Not a benchmark itself: ``python -m bench.compare`` (Millrace beside Apache Kafka),
 ``python -m bench.cluster`` and ``python -m bench.groups`` are.
@@ -17,10 +18,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import loadgen
+from bench.basics import RECORD
 from bench.procstat import cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
-RECORD = b"x" * 100
 
 
 @dataclass
@@ -93,11 +95,6 @@ def start_cluster(
     return out.strip().splitlines()[-1]
 
 
-def progress(text: str) -> None:
-    sys.stderr.write(f"\r{text:<78}")
-    sys.stderr.flush()
-
-
 def produce(
     bootstrap: str,
     topic: str,
@@ -107,8 +104,6 @@ def produce(
 ) -> Phase:
     """``n`` records of RECORD into partition 0 with the load generator (linger.ms=5, acks=1
     unless ``extra`` says otherwise); broker CPU summed over ``pids``."""
-    from bench import loadgen  # loadgen imports RECORD and progress from here
-
     cpu0 = sum(cpu_seconds(pid) for pid in pids)
     result = loadgen.produce(bootstrap, topic, n, dict(extra or {}))
     return Phase(n, result.seconds, sum(cpu_seconds(pid) for pid in pids) - cpu0)

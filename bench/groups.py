@@ -43,7 +43,8 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from bench.common import ROOT, machine, millrace, progress, replace_section, start_cluster
+from bench.basics import progress
+from bench.common import ROOT, machine, millrace, replace_section, start_cluster
 
 HEADING = "## Consumer groups"
 BROKERS = 3

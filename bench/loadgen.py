@@ -23,7 +23,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
-from bench.common import RECORD, progress
+from bench.basics import RECORD, progress
 
 _STAMP = struct.Struct(">d")
 

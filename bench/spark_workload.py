@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, progress
+from bench.basics import progress
+from bench.common import ROOT
 
 SPARK_KAFKA_JARS = ROOT / ".cache" / "jvm" / "spark-kafka"
 FORMATS = ("millrace", "kafka")

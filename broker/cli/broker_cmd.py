@@ -7,8 +7,11 @@ import argparse
 import asyncio
 import logging
 import signal
-import sys
 from pathlib import Path
+
+from broker.cli.common import fail
+
+_PROG = "millrace broker"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -43,15 +46,13 @@ def run(args: argparse.Namespace) -> int:
 
     path = Path(args.config)
     if not path.is_file():
-        sys.stderr.write(f"millrace broker: config file {path} not found\n")
-        return 2
+        return fail(_PROG, f"config file {path} not found", code=2)
     try:
         props = read_properties(path)
         props.update(parse_set_options(args.set))
         config = BrokerConfig(props)
     except ConfigError as exc:
-        sys.stderr.write(f"millrace broker: {exc}\n")
-        return 2
+        return fail(_PROG, str(exc), code=2)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -67,7 +68,6 @@ def run(args: argparse.Namespace) -> int:
         from broker.controller.zk_client import ZkError
 
         if isinstance(exc, ZkError | ConfigError | OSError):
-            sys.stderr.write(f"millrace broker: {exc}\n")
-            return 1
+            return fail(_PROG, str(exc))
         raise
     return 0

@@ -9,17 +9,11 @@ Layout of the cluster directory ``D`` (DESIGN.md section 3)::
     D/broker-<id>/data/            the broker's log.dirs
     D/broker-<id>/broker.out       stdout/stderr of `millrace broker start` (appended)
 
-Every process is started with ``sys.executable -m broker.cli.main ...`` in a session of its
-own (``start_new_session``), so it outlives the command that started it and a Ctrl-C in the
-terminal does not reach it. ``millrace zookeeper start`` execs the JVM, so
-``zookeeper_pid`` is ZooKeeper itself. Processes are stopped by the pids recorded in
-``cluster.json``; before signalling a pid its command line is checked (on Linux) so a pid
-reused by an unrelated process is never signalled.
-
-"Registered" means a ``/brokers/ids/<id>`` znode created after the broker was started: the
-broker epoch (the znode's czxid) is compared with the one seen before the start, so a stale
-znode of a hard-killed predecessor (alive until its session times out) is not mistaken for
-the new broker.
+Processes run in the background, in sessions of their own, and are stopped by the pids
+recorded in ``cluster.json`` (``broker.cli.cluster_process``: command lines, spawning, pid
+checks, stopping). A broker counts as up once it has a fresh registration in ZooKeeper
+(``broker.cli.cluster_registration``). This module holds ``cluster.json``, the brokers'
+``server.properties``, the commands and their options.
 
 The functions (``cluster_up``, ``cluster_down``, ``cluster_status``, ``stop_broker``,
 ``start_broker``) are importable by tests; they write progress lines to ``progress`` (stderr by
@@ -30,165 +24,37 @@ process's output) on failure.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-HOST = "127.0.0.1"
+from broker.cli.cluster_process import (
+    BROKER_MARKERS,
+    HOST,
+    ZOOKEEPER_MARKERS,
+    ClusterError,
+    broker_command,
+    forget,
+    is_ours,
+    say,
+    spawn,
+    stop_pids,
+    tail,
+    zookeeper_command,
+)
+from broker.cli.cluster_registration import wait_registered, wait_unregistered, zk_snapshot
+from broker.cli.common import Column, fail, format_table
+
 CLUSTER_FILE = "cluster.json"
 DEFAULT_UP_TIMEOUT_S = 120.0
 DEFAULT_STOP_TIMEOUT_S = 30.0
 ZOOKEEPER_START_TIMEOUT_S = 60.0
-BROKER_LOG_LEVEL = "INFO"
-
-# Popen objects of the processes this Python process started (so we can reap them).
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-
-
-class ClusterError(RuntimeError):
-    """A cluster command failed; the message says why (and shows the relevant output)."""
-
-
-# --------------------------------------------------------------------------- small helpers
-
-
-def _say(progress: IO[str] | None, text: str) -> None:
-    if progress is not None:
-        progress.write(f"millrace cluster: {text}\n")
-        progress.flush()
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    from broker.zookeeper import tail
-
-    text = tail(path, lines)
-    return text if text else f"({path} is empty or missing)"
-
-
-def _repo_root() -> Path:
-    import broker
-
-    return Path(broker.__file__).resolve().parent.parent
-
-
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    root = str(_repo_root())
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
-
-
-def _cmdline(pid: int) -> str | None:
-    """The process's command line (Linux), or None if unknown."""
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return raw.replace(b"\0", b" ").decode("utf-8", "replace")
-
-
-def pid_alive(pid: int | None) -> bool:
-    """True if ``pid`` runs (not a zombie). Reaps it if it is our dead child."""
-    if not pid or pid <= 0:
-        return False
-    child = _CHILDREN.get(pid)
-    if child is not None:
-        if child.poll() is None:
-            return True
-        _CHILDREN.pop(pid, None)
-        return False
-    try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)
-        if waited == pid:
-            return False  # our child, now reaped
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: trust kill(0)
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-
-
-def _is_ours(pid: int | None, markers: Sequence[str]) -> bool:
-    """Alive, and (where /proc tells) its command line mentions one of ``markers``."""
-    if not pid_alive(pid):
-        return False
-    assert pid is not None
-    cmdline = _cmdline(pid)
-    return cmdline is None or any(m in cmdline for m in markers)
-
-
-BROKER_MARKERS = ("broker.cli.main",)
-ZOOKEEPER_MARKERS = ("ZooKeeperServerMain", "broker.cli.main")
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-
-
-def _wait_gone(pids: Sequence[int], timeout: float) -> list[int]:
-    """Wait until every pid is gone; return the ones still alive after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    alive = [p for p in pids if pid_alive(p)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.1)
-        alive = [p for p in alive if pid_alive(p)]
-    return alive
-
-
-def _stop_pids(
-    pids: Sequence[int], timeout: float, progress: IO[str] | None, what: str, hard: bool = False
-) -> None:
-    """SIGTERM (or SIGKILL if ``hard``), wait up to ``timeout``, SIGKILL stragglers, wait."""
-    if not pids:
-        return
-    for pid in pids:
-        _signal(pid, signal.SIGKILL if hard else signal.SIGTERM)
-    left = _wait_gone(pids, timeout)
-    if left:
-        _say(progress, f"{what} pid(s) {left} still alive after {timeout:g}s; sending SIGKILL")
-        for pid in left:
-            _signal(pid, signal.SIGKILL)
-        still = _wait_gone(left, 10)
-        if still:
-            raise ClusterError(f"{what} pid(s) {still} survived SIGKILL")
-    for pid in pids:
-        _CHILDREN.pop(pid, None)
-
-
-def _spawn(cmd: list[str], out_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    with out_path.open("ab") as out:
-        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
-        out.flush()
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=cwd,
-            env=_child_env(),
-            start_new_session=True,
-        )
-    _CHILDREN[proc.pid] = proc
-    return proc
 
 
 def load_cluster(directory: Path) -> dict[str, Any]:
@@ -227,45 +93,6 @@ def _broker_entry(info: Mapping[str, Any], broker_id: int) -> dict[str, Any]:
 
 def _replace_broker(info: dict[str, Any], entry: Mapping[str, Any]) -> None:
     info["brokers"] = [dict(entry) if b.get("id") == entry["id"] else b for b in info["brokers"]]
-
-
-def broker_command(config_path: Path, log_level: str = BROKER_LOG_LEVEL) -> list[str]:
-    """The command line that runs one broker of a cluster."""
-    return [
-        sys.executable,
-        "-m",
-        "broker.cli.main",
-        "--log-level",
-        log_level,
-        "broker",
-        "start",
-        "--config",
-        str(config_path),
-    ]
-
-
-# ZooKeeper expires sessions on tick boundaries: with a 500 ms tick a dead broker's session
-# ends within half a second of zookeeper.session.timeout.ms (ZooKeeper's default 2-3 s tick
-# adds up to a whole tick), which is what bounds failover after a hard kill.
-CLUSTER_ZK_TICK_MS = 500
-
-
-def zookeeper_command(port: int, data_dir: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "broker.cli.main",
-        "zookeeper",
-        "start",
-        "--port",
-        str(port),
-        "--data-dir",
-        str(data_dir),
-        "--host",
-        HOST,
-        "--tick-time",
-        str(CLUSTER_ZK_TICK_MS),
-    ]
 
 
 def _write_server_properties(
@@ -314,117 +141,6 @@ def _validate_overrides(overrides: Mapping[str, str], zk_connect: str) -> None:
         raise ClusterError(f"invalid --set: {exc}") from exc
 
 
-# --------------------------------------------------------------------------- ZooKeeper queries
-
-
-async def _zk_snapshot(zk_connect: str, broker_ids: Sequence[int]) -> dict[str, Any]:
-    """Registration epochs of ``broker_ids``, the controller and the cluster id."""
-    from broker.controller.zk_client import ZkClient
-
-    client = ZkClient(zk_connect, session_timeout_ms=10_000, connection_timeout_ms=5_000)
-    await client.start()
-    try:
-        epochs = {b: await client.get_broker_epoch(b) for b in broker_ids}
-        controller = await client.get_controller()
-        cluster_id = await client.get_cluster_id()
-        return {"epochs": epochs, "controller": controller, "cluster_id": cluster_id}
-    finally:
-        await client.close()
-
-
-def _zk_snapshot_sync(zk_connect: str, broker_ids: Sequence[int]) -> dict[str, Any]:
-    return asyncio.run(_zk_snapshot(zk_connect, broker_ids))
-
-
-def _wait_unregistered(
-    zk_connect: str, broker_ids: Sequence[int], timeout: float, progress: IO[str] | None
-) -> None:
-    """Wait until no ``/brokers/ids/<id>`` of ``broker_ids`` exists: a hard-killed broker's
-    ephemeral znode lives until its session times out, and a new broker with that id
-    cannot register before."""
-    deadline = time.monotonic() + timeout
-    announced: list[int] = []
-    while True:
-        left = [b for b, e in _zk_snapshot_sync(zk_connect, broker_ids)["epochs"].items() if e]
-        if not left:
-            return
-        if time.monotonic() >= deadline:
-            raise ClusterError(
-                f"broker(s) {left} are still registered in ZooKeeper after {timeout:g}s; "
-                "is another broker with that id running?"
-            )
-        if left != announced:
-            announced = left
-            _say(
-                progress,
-                f"waiting for the stale registration of broker(s) {left} to expire (a killed "
-                "broker's ZooKeeper session times out after zookeeper.session.timeout.ms)",
-            )
-        time.sleep(0.5)
-
-
-def _wait_registered(
-    zk_connect: str,
-    procs: Mapping[int, subprocess.Popen[bytes] | int],
-    stale: Mapping[int, int | None],
-    out_files: Mapping[int, Path],
-    timeout: float,
-    progress: IO[str] | None,
-    need_controller: bool = True,
-) -> dict[str, Any]:
-    """Until every broker in ``procs`` has a fresh registration (and a controller exists)."""
-    from broker.controller.zk_client import ZkClient
-
-    async def run() -> dict[str, Any]:
-        client = ZkClient(zk_connect, session_timeout_ms=10_000, connection_timeout_ms=10_000)
-        await client.start()
-        try:
-            deadline = time.monotonic() + timeout
-            last_count = -1
-            while True:
-                for broker_id, proc in procs.items():
-                    pid = proc.pid if isinstance(proc, subprocess.Popen) else proc
-                    if not pid_alive(pid):
-                        code = proc.poll() if isinstance(proc, subprocess.Popen) else None
-                        raise ClusterError(
-                            f"broker {broker_id} (pid {pid}) exited"
-                            f"{f' with code {code}' if code is not None else ''} before "
-                            f"registering in ZooKeeper. Last lines of {out_files[broker_id]}:\n"
-                            f"{_tail(out_files[broker_id])}"
-                        )
-                fresh = []
-                for broker_id in procs:
-                    epoch = await client.get_broker_epoch(broker_id)
-                    if epoch is not None and epoch != stale.get(broker_id):
-                        fresh.append(broker_id)
-                controller = await client.get_controller()
-                if len(fresh) != last_count:
-                    last_count = len(fresh)
-                    _say(progress, f"{len(fresh)}/{len(procs)} broker(s) registered")
-                controller_ok = not need_controller or (
-                    controller is not None and (controller in fresh or controller not in procs)
-                )
-                if len(fresh) == len(procs) and controller_ok:
-                    return {"controller": controller}
-                if time.monotonic() >= deadline:
-                    missing = sorted(set(procs) - set(fresh))
-                    tails = "\n".join(
-                        f"--- broker {b}: last lines of {out_files[b]} ---\n{_tail(out_files[b])}"
-                        for b in (missing or list(procs))
-                    )
-                    what = (
-                        f"broker(s) {missing} did not register"
-                        if missing
-                        else "no controller was elected"
-                    )
-                    raise ClusterError(f"{what} within {timeout:g}s.\n{tails}")
-                await asyncio.sleep(0.2)
-        finally:
-            await client.close()
-
-    return asyncio.run(run())
-
-
 # --------------------------------------------------------------------------- commands
 
 
@@ -436,32 +152,32 @@ def _start_zookeeper(
     zk_dir = directory / "zookeeper"
     zk_dir.mkdir(parents=True, exist_ok=True)
     out = zk_dir / "zookeeper.out"
-    _say(progress, f"starting ZooKeeper on {HOST}:{zk_port}")
-    proc = _spawn(zookeeper_command(zk_port, zk_dir), out, zk_dir)
+    say(progress, f"starting ZooKeeper on {HOST}:{zk_port}")
+    proc = spawn(zookeeper_command(zk_port, zk_dir), out, zk_dir)
     deadline = time.monotonic() + ZOOKEEPER_START_TIMEOUT_S
     while not zookeeper_is_serving(HOST, zk_port, timeout=1.0):
         code = proc.poll()
         if code is not None:
-            _CHILDREN.pop(proc.pid, None)
+            forget(proc.pid)
             raise ClusterError(
-                f"ZooKeeper exited with code {code}. Last lines of {out}:\n{_tail(out)}\n"
-                f"--- {zk_dir / 'zookeeper.log'} ---\n{_tail(zk_dir / 'zookeeper.log')}"
+                f"ZooKeeper exited with code {code}. Last lines of {out}:\n{tail(out)}\n"
+                f"--- {zk_dir / 'zookeeper.log'} ---\n{tail(zk_dir / 'zookeeper.log')}"
             )
         if time.monotonic() >= deadline:
-            _stop_pids([proc.pid], 10, progress, "ZooKeeper")
+            stop_pids([proc.pid], 10, progress, "ZooKeeper")
             raise ClusterError(
                 f"ZooKeeper did not answer on {HOST}:{zk_port} within "
-                f"{ZOOKEEPER_START_TIMEOUT_S:g}s. Last lines of {out}:\n{_tail(out)}\n"
-                f"--- {zk_dir / 'zookeeper.log'} ---\n{_tail(zk_dir / 'zookeeper.log')}"
+                f"{ZOOKEEPER_START_TIMEOUT_S:g}s. Last lines of {out}:\n{tail(out)}\n"
+                f"--- {zk_dir / 'zookeeper.log'} ---\n{tail(zk_dir / 'zookeeper.log')}"
             )
         time.sleep(0.1)
-    _say(progress, f"ZooKeeper ready (pid {proc.pid})")
+    say(progress, f"ZooKeeper ready (pid {proc.pid})")
     return proc
 
 
 def _running_pids(info: Mapping[str, Any]) -> list[int]:
-    pids = [b.get("pid") for b in info.get("brokers", []) if _is_ours(b.get("pid"), BROKER_MARKERS)]
-    if _is_ours(info.get("zookeeper_pid"), ZOOKEEPER_MARKERS):
+    pids = [b.get("pid") for b in info.get("brokers", []) if is_ours(b.get("pid"), BROKER_MARKERS)]
+    if is_ours(info.get("zookeeper_pid"), ZOOKEEPER_MARKERS):
         pids.append(info["zookeeper_pid"])
     return [p for p in pids if isinstance(p, int)]
 
@@ -509,7 +225,7 @@ def cluster_up(
         zk_proc = _start_zookeeper(directory, zk_port, progress)
         ids = list(range(1, brokers + 1))
         if ids:
-            _wait_unregistered(zk_connect, ids, timeout, progress)
+            wait_unregistered(zk_connect, ids, timeout, progress)
         stale: dict[int, int | None] = {}
         procs: dict[int, subprocess.Popen[bytes]] = {}
         out_files: dict[int, Path] = {}
@@ -520,10 +236,10 @@ def cluster_up(
             config = bdir / "server.properties"
             _write_server_properties(config, broker_id, port, data_dir, zk_connect, overrides)
             out_files[broker_id] = bdir / "broker.out"
-            proc = _spawn(broker_command(config), out_files[broker_id], bdir)
+            proc = spawn(broker_command(config), out_files[broker_id], bdir)
             started.append(proc.pid)
             procs[broker_id] = proc
-            _say(progress, f"started broker {broker_id} on {HOST}:{port} (pid {proc.pid})")
+            say(progress, f"started broker {broker_id} on {HOST}:{port} (pid {proc.pid})")
             entries.append(
                 {
                     "id": broker_id,
@@ -537,11 +253,11 @@ def cluster_up(
             )
         controller = None
         if procs:
-            controller = _wait_registered(zk_connect, procs, stale, out_files, timeout, progress)[
+            controller = wait_registered(zk_connect, procs, stale, out_files, timeout, progress)[
                 "controller"
             ]
-            _say(progress, f"all {len(procs)} broker(s) registered; controller is {controller}")
-        cluster_id = _zk_snapshot_sync(zk_connect, [])["cluster_id"]
+            say(progress, f"all {len(procs)} broker(s) registered; controller is {controller}")
+        cluster_id = zk_snapshot(zk_connect, [])["cluster_id"]
         info: dict[str, Any] = {
             "dir": str(directory),
             "zookeeper": zk_connect,
@@ -561,10 +277,10 @@ def cluster_up(
         return info
     except BaseException:
         with contextlib.suppress(ClusterError):
-            _stop_pids(started, DEFAULT_STOP_TIMEOUT_S, progress, "broker")
+            stop_pids(started, DEFAULT_STOP_TIMEOUT_S, progress, "broker")
         if zk_proc is not None:
             with contextlib.suppress(ClusterError):
-                _stop_pids([zk_proc.pid], 10, progress, "ZooKeeper")
+                stop_pids([zk_proc.pid], 10, progress, "ZooKeeper")
         raise
 
 
@@ -580,25 +296,25 @@ def cluster_down(
     try:
         info = load_cluster(directory)
     except ClusterError as exc:
-        _say(progress, f"nothing to stop: {exc}")
+        say(progress, f"nothing to stop: {exc}")
         return {}
     broker_pids = [
-        b["pid"] for b in info.get("brokers", []) if _is_ours(b.get("pid"), BROKER_MARKERS)
+        b["pid"] for b in info.get("brokers", []) if is_ours(b.get("pid"), BROKER_MARKERS)
     ]
     if broker_pids:
-        _say(progress, f"stopping broker pid(s) {broker_pids}")
-    _stop_pids(broker_pids, timeout, progress, "broker")
+        say(progress, f"stopping broker pid(s) {broker_pids}")
+    stop_pids(broker_pids, timeout, progress, "broker")
     for entry in info.get("brokers", []):
         entry["pid"] = None
     zk_pid = info.get("zookeeper_pid")
-    if isinstance(zk_pid, int) and _is_ours(zk_pid, ZOOKEEPER_MARKERS):
-        _say(progress, f"stopping ZooKeeper pid {zk_pid}")
-        _stop_pids([zk_pid], 10, progress, "ZooKeeper")
+    if isinstance(zk_pid, int) and is_ours(zk_pid, ZOOKEEPER_MARKERS):
+        say(progress, f"stopping ZooKeeper pid {zk_pid}")
+        stop_pids([zk_pid], 10, progress, "ZooKeeper")
     info["zookeeper_pid"] = None
     info["controller"] = None
     info["state"] = "down"
     write_cluster(directory, info)
-    _say(progress, "cluster down")
+    say(progress, "cluster down")
     return info
 
 
@@ -616,14 +332,14 @@ def cluster_status(directory: Path) -> dict[str, Any]:
     snapshot: dict[str, Any] = {"epochs": {}, "controller": None, "cluster_id": None}
     if serving:
         with contextlib.suppress(ZkError, OSError):
-            snapshot = _zk_snapshot_sync(zk_connect, ids)
+            snapshot = zk_snapshot(zk_connect, ids)
     brokers = [
         {
             "id": b["id"],
             "host": b.get("host"),
             "port": b.get("port"),
             "pid": b.get("pid"),
-            "alive": _is_ours(b.get("pid"), BROKER_MARKERS),
+            "alive": is_ours(b.get("pid"), BROKER_MARKERS),
             "registered": snapshot["epochs"].get(int(b["id"])) is not None if serving else None,
             "broker_epoch": snapshot["epochs"].get(int(b["id"])),
         }
@@ -633,7 +349,7 @@ def cluster_status(directory: Path) -> dict[str, Any]:
         "dir": str(directory),
         "zookeeper": zk_connect,
         "zookeeper_pid": info.get("zookeeper_pid"),
-        "zookeeper_alive": _is_ours(info.get("zookeeper_pid"), ZOOKEEPER_MARKERS),
+        "zookeeper_alive": is_ours(info.get("zookeeper_pid"), ZOOKEEPER_MARKERS),
         "zookeeper_serving": serving,
         "controller": snapshot["controller"],
         "cluster_id": snapshot["cluster_id"],
@@ -656,11 +372,11 @@ def stop_broker(
     info = load_cluster(directory)
     entry = _broker_entry(info, broker_id)
     pid = entry.get("pid")
-    if isinstance(pid, int) and _is_ours(pid, BROKER_MARKERS):
-        _say(progress, f"{'killing' if hard else 'stopping'} broker {broker_id} (pid {pid})")
-        _stop_pids([pid], timeout, progress, f"broker {broker_id}", hard=hard)
+    if isinstance(pid, int) and is_ours(pid, BROKER_MARKERS):
+        say(progress, f"{'killing' if hard else 'stopping'} broker {broker_id} (pid {pid})")
+        stop_pids([pid], timeout, progress, f"broker {broker_id}", hard=hard)
     else:
-        _say(progress, f"broker {broker_id} is not running")
+        say(progress, f"broker {broker_id} is not running")
     entry["pid"] = None
     _replace_broker(info, entry)
     write_cluster(directory, info)
@@ -682,7 +398,7 @@ def start_broker(
     directory = Path(directory).absolute()
     info = load_cluster(directory)
     entry = _broker_entry(info, broker_id)
-    if _is_ours(entry.get("pid"), BROKER_MARKERS):
+    if is_ours(entry.get("pid"), BROKER_MARKERS):
         raise ClusterError(f"broker {broker_id} is already running (pid {entry['pid']})")
     zk_connect = str(info["zookeeper"])
     host, _, port = zk_connect.partition(":")
@@ -694,12 +410,12 @@ def start_broker(
     bdir = directory / f"broker-{broker_id}"
     config = Path(entry.get("config") or bdir / "server.properties")
     out = Path(entry.get("out") or bdir / "broker.out")
-    _wait_unregistered(zk_connect, [broker_id], timeout, progress)
+    wait_unregistered(zk_connect, [broker_id], timeout, progress)
     stale: dict[int, int | None] = {}
-    proc = _spawn(broker_command(config), out, bdir)
-    _say(progress, f"started broker {broker_id} (pid {proc.pid}); waiting for registration")
+    proc = spawn(broker_command(config), out, bdir)
+    say(progress, f"started broker {broker_id} (pid {proc.pid}); waiting for registration")
     try:
-        _wait_registered(
+        wait_registered(
             zk_connect,
             {broker_id: proc},
             stale,
@@ -710,14 +426,14 @@ def start_broker(
         )
     except BaseException:
         with contextlib.suppress(ClusterError):
-            _stop_pids([proc.pid], DEFAULT_STOP_TIMEOUT_S, progress, f"broker {broker_id}")
+            stop_pids([proc.pid], DEFAULT_STOP_TIMEOUT_S, progress, f"broker {broker_id}")
         raise
     entry["pid"] = proc.pid
     info = load_cluster(directory)  # re-read: another command may have changed it meanwhile
     _replace_broker(info, entry)
     info["state"] = "up"
     write_cluster(directory, info)
-    _say(progress, f"broker {broker_id} registered")
+    say(progress, f"broker {broker_id} registered")
     return entry
 
 
@@ -778,8 +494,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _fail(exc: Exception) -> int:
-    sys.stderr.write(f"millrace cluster: error: {exc}\n")
-    return 1
+    return fail("millrace cluster", f"error: {exc}")
 
 
 def _run_up(args: argparse.Namespace) -> int:
@@ -817,21 +532,30 @@ def _run_status(args: argparse.Namespace) -> int:
         if status["zookeeper_serving"]
         else ("alive, not serving" if status["zookeeper_alive"] else "down")
     )
-    out = [
+    head = [
         f"ZooKeeper {status['zookeeper']} (pid {status['zookeeper_pid']}): {zk}",
         f"controller: {status['controller'] if status['controller'] is not None else 'none'}",
         f"bootstrap servers: {status['bootstrap_servers']}",
-        f"{'ID':>4} {'ADDRESS':<22} {'PID':>8} {'ALIVE':<6} REGISTERED",
     ]
-    for b in status["brokers"]:
-        registered = {True: "yes", False: "no", None: "unknown"}[b["registered"]]
-        mark = " (controller)" if b["id"] == status["controller"] else ""
-        address = f"{b['host']}:{b['port']}"
-        out.append(
-            f"{b['id']:>4} {address:<22} {b['pid'] or '-'!s:>8} "
-            f"{'yes' if b['alive'] else 'no':<6} {registered}{mark}"
+    columns = (
+        Column("ID", 4, align=">"),
+        Column("ADDRESS", 22),
+        Column("PID", 8, align=">"),
+        Column("ALIVE", 6),
+        Column("REGISTERED"),
+    )
+    rows = [
+        (
+            b["id"],
+            f"{b['host']}:{b['port']}",
+            b["pid"] or "-",
+            "yes" if b["alive"] else "no",
+            {True: "yes", False: "no", None: "unknown"}[b["registered"]]
+            + (" (controller)" if b["id"] == status["controller"] else ""),
         )
-    sys.stdout.write("\n".join(out) + "\n")
+        for b in status["brokers"]
+    ]
+    sys.stdout.write("\n".join(head + format_table(columns, rows)) + "\n")
     return 0
 
 

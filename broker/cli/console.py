@@ -1,7 +1,5 @@
-"""Console and performance clients: ``millrace produce``, ``millrace consume``,
-``millrace perf produce`` and ``millrace perf consume``, modelled on Kafka's
-``kafka-console-producer.sh``, ``kafka-console-consumer.sh``,
-``kafka-producer-perf-test.sh`` and ``kafka-consumer-perf-test.sh``. They speak only the Kafka
+"""Console clients: ``millrace produce`` and ``millrace consume``, modelled on Kafka's
+``kafka-console-producer.sh`` and ``kafka-console-consumer.sh``. They speak only the Kafka
 protocol (confluent-kafka), so they work against any Kafka-compatible cluster.
 
 ``produce`` reads stdin line by line (bytes, the trailing newline removed) and produces each
@@ -16,65 +14,49 @@ nothing, and the ``group.id`` librdkafka insists on is a throwaway. It stops aft
 ``--max-messages``, after ``--timeout-ms`` without a record, or on Ctrl-C, and reports
 ``Processed a total of N messages`` on stderr.
 
-``perf produce`` prints a progress line about every 5 s and a final line in the format of
-kafka-producer-perf-test (records/s, MB/s, average/max and percentile latencies, where
-latency is from ``produce()`` to the acknowledgement). ``perf consume`` prints progress lines,
-kafka-consumer-perf-test's CSV summary, and end-to-end latency percentiles (consume time minus
-record CreateTime).
-
-Connection options and the bootstrap resolution (``--bootstrap-server``, ``--dir``,
-``$MILLRACE_BOOTSTRAP``) are those of ``broker.cli.topics``.
+The load tests (``millrace perf``) are ``broker.cli.perf``. Connection options and the
+bootstrap resolution (``--bootstrap-server``, ``--dir``, ``$MILLRACE_BOOTSTRAP``) are those
+of ``broker.cli.common``, the client options those of ``broker.cli.clients``. Errors: one
+line on stderr, exit code 1. Runs in the command's one thread.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
-from array import array
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-from broker.cli.dump_log import silence_stdout
-from broker.cli.topics import (
+from broker.cli.clients import (
+    add_consumer_options,
+    add_producer_options,
+    close_quietly,
+    consumer_config,
+    create_consumer,
+    create_producer,
+    delivery_timeout_ms,
+    is_fatal,
+    partitions_of,
+)
+from broker.cli.common import (
     CliError,
     add_connection_options,
-    client_config,
+    fail,
+    guard,
     kafka_error_text,
+    non_negative_int,
     parse_key_values,
-    read_properties_file,
+    positive_int,
+    silence_stdout,
 )
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer, KafkaError, Message
+    from confluent_kafka import KafkaError, Message
 
-_MB = 1024 * 1024
-_REPORT_INTERVAL_S = 5.0
-_DEFAULT_DELIVERY_TIMEOUT_MS = "60000"
-
-
-def _fail(prog: str, message: str) -> int:
-    sys.stderr.write(f"millrace {prog}: {message}\n")
-    return 1
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = _non_negative_int(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+_PROG_PRODUCE = "millrace produce"
+_PROG_CONSUME = "millrace consume"
 
 
 def _bool_property(props: dict[str, str], name: str, default: bool = False) -> bool:
@@ -95,10 +77,6 @@ def _unescape(text: str) -> str:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     _add_produce(subparsers)
     _add_consume(subparsers)
-    perf = subparsers.add_parser("perf", help="producer and consumer load tests")
-    actions = perf.add_subparsers(dest="perf_command", metavar="ACTION", required=True)
-    _add_perf_produce(actions)
-    _add_perf_consume(actions)
 
 
 def _add_produce(subparsers: argparse._SubParsersAction) -> None:
@@ -119,23 +97,11 @@ def _add_produce(subparsers: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="reader property: parse.key=true, key.separator=SEP (repeatable)",
     )
-    p.add_argument(
-        "--producer-property",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="producer (librdkafka) setting (repeatable)",
-    )
-    p.add_argument(
-        "--producer.config",
-        dest="producer_config",
-        metavar="FILE",
-        help="properties file of producer settings",
-    )
+    add_producer_options(p)
     p.add_argument("--compression-codec", metavar="CODEC", help="none, gzip, snappy, lz4 or zstd")
     p.add_argument("--request-required-acks", metavar="ACKS", help="acks: -1/all, 0 or 1")
     p.add_argument(
-        "--partition", type=_non_negative_int, help="produce every record to this partition"
+        "--partition", type=non_negative_int, help="produce every record to this partition"
     )
     p.set_defaults(func=run_produce, _parser=p)
 
@@ -153,16 +119,16 @@ def _add_consume(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="start at the earliest offset (default: the end)",
     )
-    p.add_argument("--max-messages", type=_positive_int, metavar="N", help="exit after N records")
+    p.add_argument("--max-messages", type=positive_int, metavar="N", help="exit after N records")
     p.add_argument(
-        "--partition", type=_non_negative_int, metavar="P", help="consume only this partition"
+        "--partition", type=non_negative_int, metavar="P", help="consume only this partition"
     )
     p.add_argument(
         "--offset", metavar="O", help="start offset with --partition: a number, earliest or latest"
     )
     p.add_argument(
         "--timeout-ms",
-        type=_positive_int,
+        type=positive_int,
         metavar="MS",
         help="exit if no record arrives for MS milliseconds",
     )
@@ -183,172 +149,8 @@ def _add_consume(subparsers: argparse._SubParsersAction) -> None:
         "print.partition, print.offset, print.headers, key.separator, "
         "line.separator (repeatable)",
     )
-    p.add_argument(
-        "--consumer-property",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="consumer (librdkafka) setting (repeatable)",
-    )
-    p.add_argument(
-        "--consumer.config",
-        dest="consumer_config",
-        metavar="FILE",
-        help="properties file of consumer settings",
-    )
+    add_consumer_options(p)
     p.set_defaults(func=run_consume, _parser=p)
-
-
-def _add_perf_produce(actions: argparse._SubParsersAction) -> None:
-    p = actions.add_parser(
-        "produce",
-        help="producer load test (like kafka-producer-perf-test.sh)",
-        description="Produce N records of S bytes as fast as allowed and report "
-        "throughput and latency.",
-    )
-    add_connection_options(p)
-    p.add_argument("--topic", required=True)
-    p.add_argument("--num-records", type=_positive_int, required=True, metavar="N")
-    p.add_argument("--record-size", type=_non_negative_int, required=True, metavar="S")
-    p.add_argument(
-        "--throughput", type=float, default=-1.0, metavar="R", help="records/s cap (-1: unlimited)"
-    )
-    p.add_argument(
-        "--producer-property",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="producer (librdkafka) setting (repeatable)",
-    )
-    p.add_argument(
-        "--producer-props",
-        nargs="+",
-        default=[],
-        metavar="KEY=VALUE",
-        help="producer settings, Kafka-style list",
-    )
-    p.add_argument(
-        "--producer.config",
-        dest="producer_config",
-        metavar="FILE",
-        help="properties file of producer settings",
-    )
-    p.set_defaults(func=run_perf_produce, _parser=p)
-
-
-def _add_perf_consume(actions: argparse._SubParsersAction) -> None:
-    p = actions.add_parser(
-        "consume",
-        help="consumer load test (like kafka-consumer-perf-test.sh)",
-        description="Consume N records from the beginning and report throughput and "
-        "end-to-end latency.",
-    )
-    add_connection_options(p)
-    p.add_argument("--topic", required=True)
-    p.add_argument("--messages", type=_positive_int, required=True, metavar="N")
-    p.add_argument("--group", metavar="G", help="consume as member of group G")
-    p.add_argument(
-        "--timeout",
-        type=_positive_int,
-        default=10000,
-        metavar="MS",
-        help="give up when no record arrives for MS ms (default 10000)",
-    )
-    p.add_argument("--from-latest", action="store_true", help="start at the end of the log")
-    p.add_argument("--hide-header", action="store_true", help="omit the CSV header")
-    p.add_argument(
-        "--consumer-property",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="consumer (librdkafka) setting (repeatable)",
-    )
-    p.add_argument(
-        "--consumer.config",
-        dest="consumer_config",
-        metavar="FILE",
-        help="properties file of consumer settings",
-    )
-    p.set_defaults(func=run_perf_consume, _parser=p)
-
-
-# --- shared --------------------------------------------------------------------------------
-
-
-def _producer_conf(args: argparse.Namespace) -> dict[str, Any]:
-    extra: dict[str, str] = {"message.timeout.ms": _DEFAULT_DELIVERY_TIMEOUT_MS}
-    if getattr(args, "producer_config", None):
-        extra.update(read_properties_file(args.producer_config, "--producer.config"))
-    if getattr(args, "compression_codec", None):
-        extra["compression.type"] = args.compression_codec
-    if getattr(args, "request_required_acks", None):
-        extra["acks"] = args.request_required_acks
-    extra.update(parse_key_values(getattr(args, "producer_props", []), "--producer-props"))
-    extra.update(parse_key_values(args.producer_property, "--producer-property"))
-    return client_config(args, extra)
-
-
-def _consumer_conf(args: argparse.Namespace, group: str | None, earliest: bool) -> dict[str, Any]:
-    import os
-
-    extra: dict[str, Any] = {
-        "group.id": group or f"millrace-console-{os.getpid()}",
-        "enable.auto.commit": bool(group),
-        "enable.auto.offset.store": bool(group),
-        "auto.offset.reset": "earliest" if earliest else "latest",
-        "enable.partition.eof": False,
-    }
-    if getattr(args, "consumer_config", None):
-        extra.update(read_properties_file(args.consumer_config, "--consumer.config"))
-    extra.update(parse_key_values(args.consumer_property, "--consumer-property"))
-    return client_config(args, extra)
-
-
-def _partitions_of(consumer: Consumer, topic: str, timeout: float = 15.0) -> list[int]:
-    """The partition ids of ``topic``; CliError if it does not exist."""
-    from confluent_kafka import KafkaException
-
-    deadline = time.monotonic() + timeout
-    last_error = "no metadata"
-    while True:
-        try:
-            metadata = consumer.list_topics(topic, timeout=max(1.0, deadline - time.monotonic()))
-        except KafkaException as exc:
-            raise CliError(
-                f"cannot fetch metadata of topic '{topic}': {kafka_error_text(exc)}"
-            ) from exc
-        info = metadata.topics.get(topic)
-        if info is not None and info.error is None and info.partitions:
-            return sorted(info.partitions)
-        if info is not None and info.error is not None:
-            last_error = f"{info.error.str()} ({info.error.name()})"
-            if info.error.name() == "UNKNOWN_TOPIC_OR_PART":
-                raise CliError(f"topic '{topic}' does not exist")
-        if time.monotonic() >= deadline:
-            raise CliError(f"no partitions for topic '{topic}': {last_error}")
-        time.sleep(0.2)
-
-
-def _is_fatal(err: KafkaError) -> bool:
-    """Errors after which a console client should stop (others are retried by librdkafka)."""
-    if err.fatal():
-        return True
-    return err.name() in (
-        "UNKNOWN_TOPIC_OR_PART",
-        "_UNKNOWN_TOPIC",
-        "_UNKNOWN_PARTITION",
-        "TOPIC_AUTHORIZATION_FAILED",
-        "OFFSET_OUT_OF_RANGE",
-        "_AUTO_OFFSET_RESET",
-    )
-
-
-def percentile(sorted_values: Sequence[float], fraction: float) -> float:
-    """The value at ``fraction`` (0..1) of an ascending sequence (0 if empty), nearest-rank."""
-    if not sorted_values:
-        return 0.0
-    index = min(len(sorted_values) - 1, max(0, int(fraction * len(sorted_values))))
-    return float(sorted_values[index])
 
 
 # --- produce -------------------------------------------------------------------------------
@@ -364,16 +166,14 @@ def split_key(line: bytes, separator: bytes | None) -> tuple[bytes | None, bytes
     return key, value
 
 
+@guard(_PROG_PRODUCE)
 def run_produce(args: argparse.Namespace) -> int:
     """Produce stdin lines; exit 1 if any record was not acknowledged."""
-    try:
-        return _produce(args, sys.stdin.buffer)
-    except CliError as exc:
-        return _fail("produce", str(exc))
+    return _produce(args, sys.stdin.buffer)
 
 
 def _produce(args: argparse.Namespace, stream: IO[bytes]) -> int:
-    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka import KafkaException
 
     props = parse_key_values(args.property, "--property")
     separator: bytes | None = None
@@ -384,10 +184,7 @@ def _produce(args: argparse.Namespace, stream: IO[bytes]) -> int:
     elif _bool_property(props, "parse.key"):
         separator = _unescape(props.get("key.separator", "\t")).encode()
 
-    try:
-        producer = Producer(_producer_conf(args))
-    except KafkaException as exc:
-        raise CliError(f"invalid producer setting: {kafka_error_text(exc)}") from exc
+    producer = create_producer(args)
     state = {"acked": 0, "failed": 0}
     errors: list[str] = []
 
@@ -397,7 +194,7 @@ def _produce(args: argparse.Namespace, stream: IO[bytes]) -> int:
         else:
             state["failed"] += 1
             if len(errors) < 3:
-                errors.append(f"{err.str()} ({err.name()})")
+                errors.append(kafka_error_text(err))
 
     sent = 0
     bad_line: int | None = None
@@ -427,29 +224,21 @@ def _produce(args: argparse.Namespace, stream: IO[bytes]) -> int:
         raise CliError(f"cannot produce to topic '{args.topic}': {kafka_error_text(exc)}") from exc
     except KeyboardInterrupt:
         sys.stderr.write("interrupted; flushing\n")
-    remaining = producer.flush(float(int(_producer_conf_timeout(args)) / 1000 + 5))
+    remaining = producer.flush(float(int(delivery_timeout_ms(args)) / 1000 + 5))
     sys.stderr.write(f"Produced {state['acked']} records to topic {args.topic}\n")
     status = 0
     if bad_line is not None:
         sep_text = separator.decode(errors="replace") if separator else ""
-        _fail("produce", f"line {bad_line} has no key separator {sep_text!r}; stopped there")
+        fail(_PROG_PRODUCE, f"line {bad_line} has no key separator {sep_text!r}; stopped there")
         status = 1
     if state["failed"] or remaining:
-        _fail(
-            "produce",
+        fail(
+            _PROG_PRODUCE,
             f"{state['failed'] + remaining} of {sent} records were not delivered to topic "
             f"'{args.topic}': {'; '.join(errors) or 'flush timed out'}",
         )
         status = 1
     return status
-
-
-def _producer_conf_timeout(args: argparse.Namespace) -> str:
-    props = parse_key_values(args.producer_property, "--producer-property")
-    for name in ("message.timeout.ms", "delivery.timeout.ms"):
-        if name in props and props[name].isdigit():
-            return props[name]
-    return _DEFAULT_DELIVERY_TIMEOUT_MS
 
 
 # --- consume -------------------------------------------------------------------------------
@@ -546,6 +335,7 @@ def _start_offset(text: str | None, from_beginning: bool) -> int:
     return value
 
 
+@guard(_PROG_CONSUME)
 def run_consume(args: argparse.Namespace) -> int:
     """Print records until --max-messages, --timeout-ms or Ctrl-C."""
     parser: argparse.ArgumentParser = args._parser
@@ -555,24 +345,18 @@ def run_consume(args: argparse.Namespace) -> int:
         parser.error("--group cannot be used with --partition")
     if args.offset is not None and args.from_beginning:
         parser.error("--offset cannot be used with --from-beginning")
-    try:
-        return _consume(args)
-    except CliError as exc:
-        return _fail("consume", str(exc))
+    return _consume(args)
 
 
 def _consume(args: argparse.Namespace) -> int:
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import TopicPartition
 
     fmt = MessageFormat.from_properties(
         parse_key_values(args.property, "--property"), args.print_key
     )
-    conf = _consumer_conf(args, args.group, args.from_beginning)
+    conf = consumer_config(args, args.group, args.from_beginning)
     conf["isolation.level"] = args.isolation_level
-    try:
-        consumer = Consumer(conf)
-    except KafkaException as exc:
-        raise CliError(f"invalid consumer setting: {kafka_error_text(exc)}") from exc
+    consumer = create_consumer(conf)
     count = 0
     status = 0
     out = sys.stdout.buffer
@@ -580,7 +364,7 @@ def _consume(args: argparse.Namespace) -> int:
         if args.group:
             consumer.subscribe([args.topic])
         else:
-            partitions = _partitions_of(consumer, args.topic)
+            partitions = partitions_of(consumer, args.topic)
             start = _start_offset(args.offset, args.from_beginning)
             if args.partition is not None:
                 if args.partition not in partitions:
@@ -600,8 +384,8 @@ def _consume(args: argparse.Namespace) -> int:
             for msg in messages:
                 err = msg.error()
                 if err is not None:
-                    if _is_fatal(err):
-                        raise CliError(f"topic '{args.topic}': {err.str()} ({err.name()})")
+                    if is_fatal(err):
+                        raise CliError(f"topic '{args.topic}': {kafka_error_text(err)}")
                     continue
                 out.write(
                     fmt.render(
@@ -625,263 +409,8 @@ def _consume(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         silence_stdout()
     except CliError as exc:
-        status = _fail("consume", str(exc))
+        status = fail(_PROG_CONSUME, str(exc))
     finally:
-        try:
-            consumer.close()
-        except (KafkaException, RuntimeError):
-            pass
+        close_quietly(consumer)
     sys.stderr.write(f"Processed a total of {count} messages\n")
-    return status
-
-
-# --- perf produce ---------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class LatencyStats:
-    """Send statistics of a perf run: totals, a reporting window, every latency (ms)."""
-
-    start: float
-    latencies_ms: array[float] = field(default_factory=lambda: array("d"))
-    records: int = 0
-    bytes: int = 0
-    errors: int = 0
-    window_start: float = 0.0
-    window_records: int = 0
-    window_bytes: int = 0
-    window_latency_sum: float = 0.0
-    window_latency_max: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.window_start = self.start
-
-    def record(self, latency_ms: float, size: int) -> None:
-        self.records += 1
-        self.bytes += size
-        self.latencies_ms.append(latency_ms)
-        self.window_records += 1
-        self.window_bytes += size
-        self.window_latency_sum += latency_ms
-        self.window_latency_max = max(self.window_latency_max, latency_ms)
-
-    def window_line(self, now: float) -> str:
-        """kafka-producer-perf-test's progress line for the window ending ``now``; resets it."""
-        elapsed = max(now - self.window_start, 1e-9)
-        n = self.window_records
-        line = (
-            f"{n} records sent, {n / elapsed:.1f} records/sec "
-            f"({self.window_bytes / _MB / elapsed:.2f} MB/sec), "
-            f"{(self.window_latency_sum / n) if n else 0.0:.1f} ms avg latency, "
-            f"{self.window_latency_max:.1f} ms max latency."
-        )
-        self.window_start = now
-        self.window_records = self.window_bytes = 0
-        self.window_latency_sum = self.window_latency_max = 0.0
-        return line
-
-    def final_line(self, now: float) -> str:
-        """kafka-producer-perf-test's summary line."""
-        elapsed = max(now - self.start, 1e-9)
-        lat = sorted(self.latencies_ms)
-        avg = sum(lat) / len(lat) if lat else 0.0
-        return (
-            f"{self.records} records sent, {self.records / elapsed:f} records/sec "
-            f"({self.bytes / _MB / elapsed:.2f} MB/sec), {avg:.2f} ms avg latency, "
-            f"{lat[-1] if lat else 0.0:.2f} ms max latency, "
-            f"{int(percentile(lat, 0.5))} ms 50th, {int(percentile(lat, 0.95))} ms 95th, "
-            f"{int(percentile(lat, 0.99))} ms 99th, {int(percentile(lat, 0.999))} ms 99.9th."
-        )
-
-
-def make_payload(size: int, seed: int = 0) -> bytes:
-    """A payload of ``size`` random upper-case letters (as kafka-producer-perf-test)."""
-    rng = random.Random(seed)
-    return bytes(rng.randrange(65, 91) for _ in range(size))
-
-
-def run_perf_produce(args: argparse.Namespace) -> int:
-    """Producer load test; exit 1 if any record failed."""
-    try:
-        return _perf_produce(args, sys.stdout.write)
-    except CliError as exc:
-        return _fail("perf produce", str(exc))
-
-
-def _perf_produce(args: argparse.Namespace, emit: Callable[[str], Any]) -> int:
-    from confluent_kafka import KafkaException, Producer
-
-    try:
-        producer = Producer(_producer_conf(args))
-    except KafkaException as exc:
-        raise CliError(f"invalid producer setting: {kafka_error_text(exc)}") from exc
-    payload = make_payload(args.record_size)
-    stats = LatencyStats(start=time.monotonic())
-    first_errors: list[str] = []
-
-    def on_delivery(err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            stats.errors += 1
-            if len(first_errors) < 3:
-                first_errors.append(f"{err.str()} ({err.name()})")
-            return
-        latency = msg.latency()
-        stats.record((latency or 0.0) * 1000.0, args.record_size)
-
-    next_report = stats.start + _REPORT_INTERVAL_S
-    interrupted = False
-    try:
-        for i in range(args.num_records):
-            if args.throughput > 0:
-                due = stats.start + i / args.throughput
-                while (now := time.monotonic()) < due:
-                    producer.poll(min(due - now, 0.05))
-            while True:
-                try:
-                    producer.produce(args.topic, payload, on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            if i % 1000 == 0:
-                producer.poll(0)
-                now = time.monotonic()
-                if now >= next_report:
-                    emit(stats.window_line(now) + "\n")
-                    next_report = now + _REPORT_INTERVAL_S
-    except KeyboardInterrupt:
-        interrupted = True
-    except KafkaException as exc:
-        raise CliError(f"cannot produce to topic '{args.topic}': {kafka_error_text(exc)}") from exc
-    while producer.flush(1.0):
-        now = time.monotonic()
-        if now >= next_report:
-            emit(stats.window_line(now) + "\n")
-            next_report = now + _REPORT_INTERVAL_S
-    emit(stats.final_line(time.monotonic()) + "\n")
-    if stats.errors:
-        _fail(
-            "perf produce",
-            f"{stats.errors} records failed: {'; '.join(first_errors)}",
-        )
-        return 1
-    return 130 if interrupted else 0
-
-
-# --- perf consume ---------------------------------------------------------------------------
-
-
-def _kafka_time(epoch_s: float) -> str:
-    """``yyyy-MM-dd HH:mm:ss:SSS`` as kafka-consumer-perf-test prints times."""
-    base = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch_s))
-    return f"{base}:{int((epoch_s % 1) * 1000):03d}"
-
-
-def run_perf_consume(args: argparse.Namespace) -> int:
-    """Consumer load test; exit 1 if fewer than --messages records arrived."""
-    try:
-        return _perf_consume(args, sys.stdout.write)
-    except CliError as exc:
-        return _fail("perf consume", str(exc))
-
-
-def _perf_consume(args: argparse.Namespace, emit: Callable[[str], Any]) -> int:
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-    conf = _consumer_conf(args, args.group, not args.from_latest)
-    conf.setdefault("fetch.min.bytes", 1)
-    try:
-        consumer = Consumer(conf)
-    except KafkaException as exc:
-        raise CliError(f"invalid consumer setting: {kafka_error_text(exc)}") from exc
-    start_wall = time.time()
-    start = time.monotonic()
-    count = 0
-    size = 0
-    e2e: array[float] = array("d")
-    first_fetch: float | None = None
-    window_start, window_count, window_bytes = start, 0, 0
-    next_report = start + _REPORT_INTERVAL_S
-    status = 0
-    try:
-        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END
-
-        if args.group:
-            consumer.subscribe([args.topic])
-        else:
-            offset = OFFSET_END if args.from_latest else OFFSET_BEGINNING
-            consumer.assign(
-                [
-                    TopicPartition(args.topic, p, offset)
-                    for p in _partitions_of(consumer, args.topic)
-                ]
-            )
-        last_record = time.monotonic()
-        while count < args.messages:
-            messages = consumer.consume(num_messages=min(1000, args.messages - count), timeout=0.5)
-            now = time.monotonic()
-            now_ms = time.time() * 1000.0
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    if _is_fatal(err):
-                        raise CliError(f"topic '{args.topic}': {err.str()} ({err.name()})")
-                    continue
-                if first_fetch is None:
-                    first_fetch = now
-                value = msg.value()
-                key = msg.key()
-                n = (len(value) if value else 0) + (len(key) if key else 0)
-                count += 1
-                size += n
-                window_count += 1
-                window_bytes += n
-                ts_type, ts = msg.timestamp()
-                if ts_type != 0 and ts >= 0:
-                    e2e.append(max(0.0, now_ms - ts))
-                last_record = now
-            if now >= next_report:
-                elapsed = max(now - window_start, 1e-9)
-                emit(
-                    f"{window_count} records received, {window_count / elapsed:.1f} records/sec "
-                    f"({window_bytes / _MB / elapsed:.2f} MB/sec), {count} in total.\n"
-                )
-                window_start, window_count, window_bytes = now, 0, 0
-                next_report = now + _REPORT_INTERVAL_S
-            if not messages and (now - last_record) * 1000 >= args.timeout:
-                sys.stderr.write(
-                    f"WARNING: Exiting before consuming the expected number of messages: "
-                    f"timeout ({args.timeout} ms) exceeded ({count} of {args.messages} "
-                    "consumed). You can use the --timeout option to increase the timeout.\n"
-                )
-                status = 1
-                break
-    except KeyboardInterrupt:
-        status = 130
-    finally:
-        try:
-            consumer.close()
-        except (KafkaException, RuntimeError):
-            pass
-    end = time.monotonic()
-    end_wall = start_wall + (end - start)
-    elapsed = max(end - start, 1e-9)
-    fetch_elapsed = max(end - (first_fetch or start), 1e-9)
-    mb = size / _MB
-    if not args.hide_header:
-        emit(
-            "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, "
-            "nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec\n"
-        )
-    rebalance_ms = int(((first_fetch or start) - start) * 1000) if args.group else 0
-    emit(
-        f"{_kafka_time(start_wall)}, {_kafka_time(end_wall)}, {mb:.4f}, {mb / elapsed:.4f}, "
-        f"{count}, {count / elapsed:.4f}, {rebalance_ms}, {int(fetch_elapsed * 1000)}, "
-        f"{mb / fetch_elapsed:.4f}, {count / fetch_elapsed:.4f}\n"
-    )
-    lat = sorted(e2e)
-    emit(
-        f"{count} records received, {count / elapsed:f} records/sec ({mb / elapsed:.2f} "
-        f"MB/sec), end-to-end latency {int(percentile(lat, 0.5))} ms 50th, "
-        f"{int(percentile(lat, 0.99))} ms 99th, {lat[-1] if lat else 0.0:.2f} ms max.\n"
-    )
     return status

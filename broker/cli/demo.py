@@ -155,7 +155,7 @@ def create_topic(bootstrap: str, timeout_s: float = 60.0) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from broker.cli.topics import kafka_error_text
+    from broker.cli.common import kafka_error_text
 
     admin = AdminClient(_quiet({"bootstrap.servers": bootstrap}))
     futures = admin.create_topics(

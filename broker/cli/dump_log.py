@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import mmap
-import os
 import struct
 import sys
 from collections.abc import Iterator
@@ -39,6 +38,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from broker.cli.common import fail, silence_stdout
 
 if TYPE_CHECKING:
     from broker.protocol.records import BatchHeader
@@ -52,6 +53,8 @@ _SEQ_MODULUS = 2**31
 _DELETE_HORIZON_MASK = 0x40
 _CONTROL_TYPES = {0: "ABORT", 1: "COMMIT"}
 _EMPTY = b""
+
+_PROG = "millrace dump-log"
 
 
 @dataclass(slots=True)
@@ -572,14 +575,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def silence_stdout() -> None:
-    """After a reader closed our stdout (``| head``), point it at /dev/null so the final
-    flush at exit does not raise again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
 def run(args: argparse.Namespace) -> int:
     files = [f for arg in args.files for f in arg.split(",") if f]
     options = DumpOptions(
@@ -597,8 +592,7 @@ def run(args: argparse.Namespace) -> int:
         for name in files:
             path = Path(name)
             if not path.is_file():
-                sys.stderr.write(f"millrace dump-log: file {name} not found\n")
-                status = 1
+                status = fail(_PROG, f"file {name} not found")
                 continue
             try:
                 for line in dump_file(path, options, problems):
@@ -606,8 +600,7 @@ def run(args: argparse.Namespace) -> int:
             except BrokenPipeError:
                 raise
             except OSError as exc:
-                sys.stderr.write(f"millrace dump-log: cannot read {name}: {exc}\n")
-                status = 1
+                status = fail(_PROG, f"cannot read {name}: {exc}")
         out.flush()
     except BrokenPipeError:
         silence_stdout()

@@ -27,11 +27,17 @@ import json
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from broker.cli.reassign import ClusterClient, add_connection_options, error_text
-from broker.cli.topics import CliError, resolve_bootstrap
+from broker.cli.common import (
+    CliError,
+    add_connection_options,
+    bootstrap_servers,
+    fail,
+    guard,
+    read_text_file,
+)
+from broker.cli.reassign import ClusterClient, error_text
 from broker.types import TopicPartition
 
 _PROG = "millrace elect-leaders"
@@ -176,7 +182,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def build_parser_into(p: argparse.ArgumentParser) -> None:
     """Add ``millrace elect-leaders``' options to ``p``."""
-    add_connection_options(p)
+    add_connection_options(p, command_config=False, timeout=True)
     p.add_argument(
         "--election-type",
         type=election_type,
@@ -202,12 +208,7 @@ def _partitions(args: argparse.Namespace, client: ClusterClient) -> list[TopicPa
     if args.all_topic_partitions:
         return None
     if args.path_to_json_file:
-        try:
-            text = Path(args.path_to_json_file).read_text()
-        except OSError as exc:
-            raise CliError(
-                f"--path-to-json-file {args.path_to_json_file}: {exc.strerror or exc}"
-            ) from exc
+        text = read_text_file(args.path_to_json_file, "--path-to-json-file")
         return parse_partitions_json(text, f"--path-to-json-file {args.path_to_json_file}")
     if args.partition is not None:
         return [TopicPartition(args.topic, args.partition)]
@@ -217,6 +218,7 @@ def _partitions(args: argparse.Namespace, client: ClusterClient) -> list[TopicPa
     return found
 
 
+@guard(_PROG)
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``millrace elect-leaders``."""
     parser: argparse.ArgumentParser = args._parser
@@ -224,18 +226,13 @@ def run(args: argparse.Namespace) -> int:
         check_selection(args)
     except CliError as exc:
         parser.error(str(exc))
-    try:
-        client = ClusterClient(resolve_bootstrap(args.bootstrap_server, args.dir), args.timeout)
-        partitions = _partitions(args, client)
-        response = client.to_controller(
-            ELECT_KEY, ELECT_VERSION, elect_request(args.election_type, partitions)
-        )
-        outcome = classify(response)
-    except CliError as exc:
-        sys.stderr.write(f"{_PROG}: {exc}\n")
-        return 1
+    client = ClusterClient(bootstrap_servers(args), args.timeout)
+    partitions = _partitions(args, client)
+    response = client.to_controller(
+        ELECT_KEY, ELECT_VERSION, elect_request(args.election_type, partitions)
+    )
+    outcome = classify(response)
     sys.stdout.write(format_outcome(args.election_type, outcome))
     if outcome.failed:
-        sys.stderr.write(f"{_PROG}: {len(outcome.failed)} replica(s) could not be elected\n")
-        return 1
+        return fail(_PROG, f"{len(outcome.failed)} replica(s) could not be elected")
     return 0

@@ -21,6 +21,7 @@ SUBCOMMAND_MODULES = (
     "broker.cli.reassign",
     "broker.cli.elect_leaders",
     "broker.cli.console",
+    "broker.cli.perf",
     "broker.cli.dump_log",
 )
 

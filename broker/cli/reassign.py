@@ -23,11 +23,12 @@ Metadata's ``controller_id``; a NOT_CONTROLLER answer or an unreachable controll
 during controller failover) is retried a few times with fresh metadata.
 
 Bootstrap servers: ``--bootstrap-server``, else ``--dir``'s ``cluster.json``, else
-``$MILLRACE_BOOTSTRAP``, else ``127.0.0.1:9092`` (as ``millrace topics``).
+``$MILLRACE_BOOTSTRAP``, else ``127.0.0.1:9092`` (the connection options of
+``broker.cli.common``, without ``--command-config``: no librdkafka client is involved).
 
-Errors: one line on stderr naming the option or partition, exit code 1; bad usage exits 2
-(argparse). The formatting functions are pure (decoded kio responses in, text out) so they
-are unit-tested without a network.
+Errors: one line on stderr naming the option or partition, exit code 1 (``common.guard``);
+bad usage exits 2 (argparse). The formatting functions are pure (decoded kio responses in,
+text out) so they are unit-tested without a network.
 """
 
 from __future__ import annotations
@@ -37,10 +38,16 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from broker.cli.topics import CliError, resolve_bootstrap
+from broker.cli.common import (
+    CliError,
+    add_connection_options,
+    bootstrap_servers,
+    guard,
+    ids_text,
+    read_text_file,
+)
 from broker.types import TopicPartition
 
 _PROG = "millrace reassign"
@@ -391,13 +398,10 @@ def format_list(ongoing: Ongoing) -> str:
     for tp in sorted(ongoing):
         replicas, adding, removing = ongoing[tp]
         lines.append(
-            f"{tp}: replicas: {_ids(replicas)}. adding: {_ids(adding)}. removing: {_ids(removing)}."
+            f"{tp}: replicas: {ids_text(replicas)}. adding: {ids_text(adding)}. "
+            f"removing: {ids_text(removing)}."
         )
     return "\n".join(lines) + "\n"
-
-
-def _ids(ids: Iterable[int]) -> str:
-    return ",".join(str(i) for i in ids)
 
 
 def format_cancelled(partitions: Iterable[TopicPartition]) -> str:
@@ -460,26 +464,9 @@ def action_of(args: argparse.Namespace) -> str:
     return action
 
 
-def add_connection_options(p: argparse.ArgumentParser) -> None:
-    """``--bootstrap-server``, ``--dir`` and ``--timeout``, shared by the admin tools that
-    talk to the controller (``reassign``, ``elect-leaders``)."""
-    p.add_argument(
-        "--bootstrap-server",
-        metavar="HOST:PORT[,HOST:PORT]",
-        help="brokers to connect to (default: --dir's cluster.json, else $MILLRACE_BOOTSTRAP, "
-        "else 127.0.0.1:9092)",
-    )
-    p.add_argument(
-        "--dir", metavar="D", help="cluster directory of `millrace cluster up` (reads cluster.json)"
-    )
-    p.add_argument(
-        "--timeout", type=float, default=30.0, metavar="SECONDS", help="request timeout (30)"
-    )
-
-
 def build_parser_into(p: argparse.ArgumentParser) -> None:
     """Add ``millrace reassign``'s options to ``p``."""
-    add_connection_options(p)
+    add_connection_options(p, command_config=False, timeout=True)
     actions = p.add_mutually_exclusive_group(required=True)
     actions.add_argument(
         "--generate", action="store_true", help="propose an assignment of topics over brokers"
@@ -528,15 +515,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 # --- actions -------------------------------------------------------------------------------
 
 
-def _read(path: str, option: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError as exc:
-        raise CliError(f"{option} {path}: {exc.strerror or exc}") from exc
-
-
 def _parse_file(path: str, option: str, parse: Callable[[str], Any]) -> Any:
-    text = _read(path, option)
+    text = read_text_file(path, option)
     try:
         return parse(text)
     except (ValueError, KeyError, TypeError) as exc:
@@ -552,6 +532,7 @@ def read_reassignment_file(path: str) -> Assignment:
     return targets
 
 
+@guard(_PROG)
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``millrace reassign``."""
     parser: argparse.ArgumentParser = args._parser
@@ -559,19 +540,15 @@ def run(args: argparse.Namespace) -> int:
         action = action_of(args)
     except CliError as exc:
         parser.error(str(exc))
-    try:
-        client = ClusterClient(resolve_bootstrap(args.bootstrap_server, args.dir), args.timeout)
-        runner = {
-            "generate": _generate,
-            "execute": _execute,
-            "verify": _verify,
-            "cancel": _cancel,
-            "list": _list,
-        }[action]
-        return runner(args, client)
-    except CliError as exc:
-        sys.stderr.write(f"{_PROG}: {exc}\n")
-        return 1
+    client = ClusterClient(bootstrap_servers(args), args.timeout)
+    runner = {
+        "generate": _generate,
+        "execute": _execute,
+        "verify": _verify,
+        "cancel": _cancel,
+        "list": _list,
+    }[action]
+    return runner(args, client)
 
 
 def generate_proposal(
@@ -586,7 +563,7 @@ def generate_proposal(
         raise CliError(f"--topics-to-move-json-file: topic {missing[0]} not found")
     unknown = sorted(set(broker_ids) - set(view.brokers))
     if unknown:
-        raise CliError(f"--broker-list: unknown broker id(s) {_ids(unknown)}")
+        raise CliError(f"--broker-list: unknown broker id(s) {ids_text(unknown)}")
     racks: dict[int, str] | None = None
     if rack_aware:
         known = {b: view.brokers[b].rack for b in broker_ids}
@@ -628,7 +605,7 @@ def check_targets(view: ClusterView, targets: Assignment) -> None:
             raise CliError(f"--reassignment-json-file: Unable to find partition: {tp}")
     unknown = sorted({b for r in targets.values() for b in r} - set(view.brokers))
     if unknown:
-        raise CliError(f"--reassignment-json-file: unknown broker id(s) {_ids(unknown)}")
+        raise CliError(f"--reassignment-json-file: unknown broker id(s) {ids_text(unknown)}")
 
 
 def _execute(args: argparse.Namespace, client: ClusterClient) -> int:

@@ -19,144 +19,39 @@ topic overrides through IncrementalAlterConfigs.
 
 The bootstrap servers come from ``--bootstrap-server``, else the ``bootstrap_servers`` of
 ``--dir D``'s ``cluster.json`` (written by ``millrace cluster up``), else the environment
-variable ``MILLRACE_BOOTSTRAP``, else ``127.0.0.1:9092``. The connection helpers here are
-shared with the console tools (``broker.cli.console``).
+variable ``MILLRACE_BOOTSTRAP``, else ``127.0.0.1:9092`` (the connection options of
+``broker.cli.common``).
 
-Errors: one line on stderr naming the topic or option, exit code 1; bad usage exits 2
-(argparse).
+Errors: one line on stderr naming the topic or option, exit code 1 (``common.guard``); bad
+usage exits 2 (argparse). One admin client per command, used from the command's thread.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import logging
-import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from broker.cli.common import (
+    CliError,
+    add_connection_options,
+    admin_client,
+    fail,
+    guard,
+    ids_text,
+    kafka_error_code,
+    kafka_error_text,
+    parse_key_values,
+    positive_int,
+)
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-BOOTSTRAP_ENV = "MILLRACE_BOOTSTRAP"
 _PROG = "millrace topics"
-
-
-class CliError(Exception):
-    """A failure to report as one line on stderr with exit code 1."""
-
-
-# --- connection helpers (shared with broker.cli.console) ----------------------------------
-
-
-def add_connection_options(parser: argparse.ArgumentParser) -> None:
-    """Add ``--bootstrap-server``, ``--dir`` and ``--command-config``."""
-    parser.add_argument(
-        "--bootstrap-server",
-        metavar="HOST:PORT[,HOST:PORT]",
-        help="brokers to connect to (default: --dir's cluster.json, else $"
-        f"{BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
-    )
-    parser.add_argument(
-        "--dir", metavar="D", help="cluster directory of `millrace cluster up` (reads cluster.json)"
-    )
-    parser.add_argument(
-        "--command-config",
-        metavar="FILE",
-        help="properties file of client settings (librdkafka names)",
-    )
-
-
-def resolve_bootstrap(bootstrap: str | None, cluster_dir: str | None) -> str:
-    """The bootstrap servers: explicit, else ``cluster.json`` of ``cluster_dir``, else the
-    ``MILLRACE_BOOTSTRAP`` environment variable, else ``127.0.0.1:9092``."""
-    if bootstrap:
-        return bootstrap
-    if cluster_dir:
-        path = Path(cluster_dir) / "cluster.json"
-        try:
-            servers = json.loads(path.read_text())["bootstrap_servers"]
-        except FileNotFoundError as exc:
-            raise CliError(f"--dir {cluster_dir}: {path} not found (is the cluster up?)") from exc
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise CliError(
-                f"--dir {cluster_dir}: cannot read bootstrap_servers from {path}: {exc}"
-            ) from exc
-        if not isinstance(servers, str) or not servers:
-            raise CliError(f"--dir {cluster_dir}: {path} has no bootstrap_servers")
-        return servers
-    return os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
-
-
-def parse_key_values(items: Iterable[str], option: str) -> dict[str, str]:
-    """Parse ``k=v`` strings (values may contain ``=``); a malformed one raises CliError."""
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise CliError(f"{option} {item!r}: expected KEY=VALUE")
-        out[key.strip()] = value
-    return out
-
-
-def read_properties_file(path: str, option: str) -> dict[str, str]:
-    """Read a Java-style ``.properties`` file (``k=v`` or ``k: v``, ``#``/``!`` comments)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise CliError(f"{option} {path}: {exc.strerror or exc}") from exc
-    out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if not match:
-            raise CliError(f"{option} {path}: cannot parse line {raw!r}")
-        out[match.group(1)] = match.group(2)
-    return out
-
-
-def client_config(args: argparse.Namespace, extra: dict[str, str] | None = None) -> dict[str, Any]:
-    """The base librdkafka configuration for a CLI client: bootstrap servers, quiet logging
-    unless ``--log-level`` is DEBUG or INFO, then ``--command-config`` and ``extra``."""
-    conf: dict[str, Any] = {
-        "bootstrap.servers": resolve_bootstrap(
-            getattr(args, "bootstrap_server", None), getattr(args, "dir", None)
-        ),
-    }
-    level = str(getattr(args, "log_level", "WARNING")).upper()
-    if level in ("DEBUG", "INFO"):
-        conf["logger"] = logging.getLogger("millrace.librdkafka")
-    else:
-        conf["log_level"] = 0  # errors are reported by the command itself
-    command_config = getattr(args, "command_config", None)
-    if command_config:
-        conf.update(read_properties_file(command_config, "--command-config"))
-    if extra:
-        conf.update(extra)
-    return conf
-
-
-def kafka_error_text(exc: BaseException) -> str:
-    """A one-line description of a confluent-kafka exception (its KafkaError if any)."""
-    err = exc.args[0] if exc.args else None
-    describe = getattr(err, "str", None)
-    name = getattr(err, "name", None)
-    if callable(describe) and callable(name):
-        return f"{describe()} ({name()})"
-    return str(exc) or type(exc).__name__
-
-
-def _error_code(exc: BaseException) -> str | None:
-    err = exc.args[0] if exc.args else None
-    name = getattr(err, "name", None)
-    return str(name()) if callable(name) else None
 
 
 # --- argument parsing ----------------------------------------------------------------------
@@ -185,16 +80,6 @@ def parse_replica_assignment(text: str) -> list[list[int]]:
     return result
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "topics",
@@ -204,25 +89,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     actions = p.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
 
     common = argparse.ArgumentParser(add_help=False)
-    add_connection_options(common)
-    common.add_argument(
-        "--timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="request timeout (default 30)",
-    )
+    add_connection_options(common, timeout=True)
 
     create = actions.add_parser("create", parents=[common], help="create a topic")
     create.add_argument("--topic", required=True, help="topic to create")
     create.add_argument(
         "--partitions",
-        type=_positive_int,
+        type=positive_int,
         help="number of partitions (default: the broker's num.partitions)",
     )
     create.add_argument(
         "--replication-factor",
-        type=_positive_int,
+        type=positive_int,
         help="replicas per partition (default: default.replication.factor)",
     )
     create.add_argument(
@@ -270,7 +148,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "alter", parents=[common], help="add partitions or change topic configs"
     )
     alter.add_argument("--topic", required=True, help="topic name or regular expression")
-    alter.add_argument("--partitions", type=_positive_int, help="new total partition count")
+    alter.add_argument("--partitions", type=positive_int, help="new total partition count")
     alter.add_argument(
         "--replica-assignment",
         metavar="B1:B2,B2:B1",
@@ -302,17 +180,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 # --- actions -------------------------------------------------------------------------------
 
 
-def _fail(message: str) -> int:
-    sys.stderr.write(f"{_PROG}: {message}\n")
-    return 1
-
-
-def _admin(args: argparse.Namespace) -> AdminClient:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient(client_config(args))
-
-
 def _topic_names(admin: AdminClient, timeout: float) -> list[str]:
     from confluent_kafka import KafkaException
 
@@ -340,20 +207,7 @@ def _matching(names: Sequence[str], pattern: str | None, exclude_internal: bool)
     return [n for n in out if regex.fullmatch(n)]
 
 
-def _guard(func: Any) -> Any:
-    """Turn CliError (and unreachable clusters) into a one-line message and exit code 1."""
-
-    def wrapper(args: argparse.Namespace) -> int:
-        try:
-            return int(func(args))
-        except CliError as exc:
-            return _fail(str(exc))
-
-    wrapper.__doc__ = func.__doc__
-    return wrapper
-
-
-@_guard
+@guard(_PROG)
 def run_create(args: argparse.Namespace) -> int:
     """Create one topic."""
     from confluent_kafka import KafkaException
@@ -380,7 +234,7 @@ def run_create(args: argparse.Namespace) -> int:
             replication_factor=args.replication_factor or -1,
             config=configs,
         )
-    admin = _admin(args)
+    admin = admin_client(args)
     try:
         futures = admin.create_topics(
             [new], request_timeout=args.timeout, operation_timeout=args.timeout
@@ -390,7 +244,7 @@ def run_create(args: argparse.Namespace) -> int:
     try:
         futures[args.topic].result()
     except KafkaException as exc:
-        if _error_code(exc) == "TOPIC_ALREADY_EXISTS":
+        if kafka_error_code(exc) == "TOPIC_ALREADY_EXISTS":
             if args.if_not_exists:
                 return 0
             raise CliError(f"Topic '{args.topic}' already exists.") from exc
@@ -399,10 +253,10 @@ def run_create(args: argparse.Namespace) -> int:
     return 0
 
 
-@_guard
+@guard(_PROG)
 def run_list(args: argparse.Namespace) -> int:
     """Print topic names, one a line, sorted."""
-    admin = _admin(args)
+    admin = admin_client(args)
     for name in _matching(_topic_names(admin, args.timeout), args.topic, args.exclude_internal):
         sys.stdout.write(name + "\n")
     return 0
@@ -448,7 +302,7 @@ def _describe_topics(admin: AdminClient, names: list[str], timeout: float) -> li
         try:
             desc = future.result()
         except KafkaException as exc:
-            if _error_code(exc) == "UNKNOWN_TOPIC_OR_PART":
+            if kafka_error_code(exc) == "UNKNOWN_TOPIC_OR_PART":
                 continue  # deleted since it was listed
             fallback = True  # e.g. a broker without topic ids: use plain Metadata
             break
@@ -515,10 +369,6 @@ def _describe_configs(
     return out
 
 
-def _ids(ids: Sequence[int]) -> str:
-    return ",".join(str(i) for i in ids)
-
-
 def format_topic(view: TopicView, configs: Sequence[str]) -> str:
     """The ``Topic: ...`` header line of ``describe``."""
     rf = len(view.partitions[0].replicas) if view.partitions else 0
@@ -533,14 +383,14 @@ def format_partition(topic: str, part: PartitionView) -> str:
     leader = "none" if part.leader < 0 else str(part.leader)
     return (
         f"\tTopic: {topic}\tPartition: {part.partition}\tLeader: {leader}\t"
-        f"Replicas: {_ids(part.replicas)}\tIsr: {_ids(part.isr)}"
+        f"Replicas: {ids_text(part.replicas)}\tIsr: {ids_text(part.isr)}"
     )
 
 
-@_guard
+@guard(_PROG)
 def run_describe(args: argparse.Namespace) -> int:
     """Print topic and partition lines like kafka-topics.sh --describe."""
-    admin = _admin(args)
+    admin = admin_client(args)
     names = _matching(_topic_names(admin, args.timeout), args.topic, args.exclude_internal)
     if not names:
         if args.if_exists or args.topic is None:
@@ -567,7 +417,7 @@ def run_describe(args: argparse.Namespace) -> int:
     return 0
 
 
-@_guard
+@guard(_PROG)
 def run_alter(args: argparse.Namespace) -> int:
     """Add partitions and/or set or delete topic config overrides."""
     from confluent_kafka import KafkaException
@@ -591,7 +441,7 @@ def run_alter(args: argparse.Namespace) -> int:
     assignment = (
         parse_replica_assignment(args.replica_assignment) if args.replica_assignment else None
     )
-    admin = _admin(args)
+    admin = admin_client(args)
     names = _matching(_topic_names(admin, args.timeout), args.topic, False)
     if not names:
         if args.if_exists:
@@ -660,12 +510,12 @@ def run_alter(args: argparse.Namespace) -> int:
     return 0
 
 
-@_guard
+@guard(_PROG)
 def run_delete(args: argparse.Namespace) -> int:
     """Delete the matching topics."""
     from confluent_kafka import KafkaException
 
-    admin = _admin(args)
+    admin = admin_client(args)
     names = _matching(_topic_names(admin, args.timeout), args.topic, False)
     if not names:
         if args.if_exists:
@@ -679,9 +529,9 @@ def run_delete(args: argparse.Namespace) -> int:
         try:
             future.result()
         except KafkaException as exc:
-            if _error_code(exc) == "UNKNOWN_TOPIC_OR_PART" and args.if_exists:
+            if kafka_error_code(exc) == "UNKNOWN_TOPIC_OR_PART" and args.if_exists:
                 continue
-            _fail(f"cannot delete topic '{name}': {kafka_error_text(exc)}")
+            fail(_PROG, f"cannot delete topic '{name}': {kafka_error_text(exc)}")
             failed += 1
             continue
         sys.stdout.write(f"Deleted topic {name}.\n")

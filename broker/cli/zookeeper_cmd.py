@@ -16,6 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from broker.cli.common import fail
+
+_PROG = "millrace zookeeper"
+
 
 def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser("zookeeper", help="run the embedded ZooKeeper")
@@ -68,8 +72,7 @@ def run_start(args: argparse.Namespace) -> int:
         try:
             props = read_properties(args.config)
         except OSError as exc:
-            sys.stderr.write(f"millrace zookeeper: cannot read {args.config}: {exc}\n")
-            return 2
+            return fail(_PROG, f"cannot read {args.config}: {exc}", code=2)
     try:
         port = args.port if args.port is not None else int(props.get("clientPort", "2181"))
         tick = args.tick_time if args.tick_time is not None else int(props.get("tickTime", "2000"))
@@ -79,12 +82,10 @@ def run_start(args: argparse.Namespace) -> int:
             else int(props.get("maxClientCnxns", "0"))
         )
     except ValueError as exc:
-        sys.stderr.write(f"millrace zookeeper: invalid number in {args.config}: {exc}\n")
-        return 2
+        return fail(_PROG, f"invalid number in {args.config}: {exc}", code=2)
     data_dir = args.data_dir or (Path(props["dataDir"]) if "dataDir" in props else None)
     if data_dir is None:
-        sys.stderr.write("millrace zookeeper: --data-dir is required\n")
-        return 2
+        return fail(_PROG, "--data-dir is required", code=2)
     host = args.host or props.get("clientPortAddress", "127.0.0.1")
 
     zk = EmbeddedZooKeeper(
@@ -97,13 +98,11 @@ def run_start(args: argparse.Namespace) -> int:
         log_level=args.zk_log_level,
     )
     if not port_is_free(host, port):
-        sys.stderr.write(f"millrace zookeeper: port {host}:{port} is already in use\n")
-        return 1
+        return fail(_PROG, f"port {host}:{port} is already in use")
     try:
         cmd = zk.prepare()
     except ZooKeeperError as exc:
-        sys.stderr.write(f"millrace zookeeper: {exc}\n")
-        return 1
+        return fail(_PROG, str(exc))
     sys.stderr.write(
         f"millrace zookeeper: starting ZooKeeper on {zk.connect_string} (data dir {zk.data_dir}, "
         f"pid {os.getpid()}, log {zk.log_file})\n"

@@ -403,7 +403,7 @@ def test_bad_usage_names_the_option(cluster: Any, topic_name: str) -> None:
 
 @pytest.mark.unit
 def test_resolve_bootstrap_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from broker.cli.topics import DEFAULT_BOOTSTRAP, CliError, resolve_bootstrap
+    from broker.cli.common import DEFAULT_BOOTSTRAP, CliError, resolve_bootstrap
 
     (tmp_path / "cluster.json").write_text('{"bootstrap_servers": "127.0.0.1:1111"}')
     monkeypatch.setenv("MILLRACE_BOOTSTRAP", "127.0.0.1:2222")
@@ -418,7 +418,8 @@ def test_resolve_bootstrap_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.unit
 def test_parse_replica_assignment() -> None:
-    from broker.cli.topics import CliError, parse_replica_assignment
+    from broker.cli.common import CliError
+    from broker.cli.topics import parse_replica_assignment
 
     assert parse_replica_assignment("1:2,2:1") == [[1, 2], [2, 1]]
     assert parse_replica_assignment("3") == [[3]]
@@ -443,7 +444,8 @@ def test_describe_line_formats() -> None:
 
 @pytest.mark.unit
 def test_console_formats() -> None:
-    from broker.cli.console import LatencyStats, MessageFormat, percentile, split_key
+    from broker.cli.console import MessageFormat, split_key
+    from broker.cli.perf import LatencyStats, percentile
 
     assert split_key(b"k:v:w", b":") == (b"k", b"v:w")
     assert split_key(b"no-sep", b":") is None

@@ -14,8 +14,8 @@ import pytest
 
 from broker.cli import elect_leaders as el
 from broker.cli import reassign as ra
+from broker.cli.common import CliError
 from broker.cli.main import build_parser, main
-from broker.cli.topics import CliError
 from broker.protocol import registry
 from broker.protocol.errors import ErrorCode
 from broker.types import TopicPartition

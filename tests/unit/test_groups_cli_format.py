@@ -1,4 +1,4 @@
-"""``millrace groups`` (broker/cli/groups.py): argument parsing, the describe/list/delete
+"""``millrace groups`` (broker/cli/groups*.py): argument parsing, the describe/list/delete
 output formats and the reset-offsets planning, as pure functions (no cluster)."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import datetime
 
 import pytest
 
-from broker.cli import groups as g
+from broker.cli import groups_output as go
+from broker.cli import groups_reset as gr
+from broker.cli.common import CliError
 from broker.cli.main import build_parser, main
-from broker.cli.topics import CliError
 from broker.types import TopicPartition
 
 pytestmark = pytest.mark.unit
@@ -77,79 +78,79 @@ def test_bad_dir_is_one_line_exit_1(tmp_path: object, capsys: pytest.CaptureFixt
 
 
 def test_parse_topic_spec() -> None:
-    assert g.parse_topic_spec("t") == ("t", None)
-    assert g.parse_topic_spec("t:2,0,2") == ("t", [0, 2])
+    assert gr.parse_topic_spec("t") == ("t", None)
+    assert gr.parse_topic_spec("t:2,0,2") == ("t", [0, 2])
     for bad in ("t:", "t:a", ":1", "t:-1"):
         with pytest.raises(CliError, match="--topic"):
-            g.parse_topic_spec(bad)
+            gr.parse_topic_spec(bad)
 
 
 def test_select_partitions() -> None:
     counts = {"a": 3, "b": 2}
-    assert g.select_partitions([("a", None), ("b", [1])], counts) == [
+    assert gr.select_partitions([("a", None), ("b", [1])], counts) == [
         TP("a", 0),
         TP("a", 1),
         TP("a", 2),
         TP("b", 1),
     ]
     with pytest.raises(CliError, match="topic 'c' does not exist"):
-        g.select_partitions([("c", None)], counts)
+        gr.select_partitions([("c", None)], counts)
     with pytest.raises(CliError, match="no partition 2"):
-        g.select_partitions([("b", [2])], counts)
+        gr.select_partitions([("b", [2])], counts)
 
 
 def test_parse_datetime_ms() -> None:
     epoch_2024 = 1704067200000  # 2024-01-01T00:00:00Z
-    assert g.parse_datetime_ms("2024-01-01T00:00:00.000Z") == epoch_2024
-    assert g.parse_datetime_ms("2024-01-01T00:00:00.250") == int(
+    assert gr.parse_datetime_ms("2024-01-01T00:00:00.000Z") == epoch_2024
+    assert gr.parse_datetime_ms("2024-01-01T00:00:00.250") == int(
         datetime.datetime(2024, 1, 1, 0, 0, 0, 250000).astimezone().timestamp() * 1000
     )
-    assert g.parse_datetime_ms("2024-01-01T01:00:00.000+01:00") == epoch_2024
-    assert g.parse_datetime_ms("2023-12-31T23:00:00-01:00") == epoch_2024
-    assert g.parse_datetime_ms("2024-01-01T02:00:00.000+0200") == epoch_2024
+    assert gr.parse_datetime_ms("2024-01-01T01:00:00.000+01:00") == epoch_2024
+    assert gr.parse_datetime_ms("2023-12-31T23:00:00-01:00") == epoch_2024
+    assert gr.parse_datetime_ms("2024-01-01T02:00:00.000+0200") == epoch_2024
     with pytest.raises(CliError, match="'T'"):
-        g.parse_datetime_ms("2024-01-01 00:00:00")
+        gr.parse_datetime_ms("2024-01-01 00:00:00")
     with pytest.raises(CliError, match="--to-datetime"):
-        g.parse_datetime_ms("2024-13-01T00:00:00")
+        gr.parse_datetime_ms("2024-13-01T00:00:00")
 
 
 def test_parse_duration_ms() -> None:
-    assert g.parse_duration_ms("PT15M") == 15 * 60_000
-    assert g.parse_duration_ms("P1DT2H3M4.5S") == ((24 + 2) * 60 + 3) * 60_000 + 4500
-    assert g.parse_duration_ms("p2d") == 2 * 86_400_000
+    assert gr.parse_duration_ms("PT15M") == 15 * 60_000
+    assert gr.parse_duration_ms("P1DT2H3M4.5S") == ((24 + 2) * 60 + 3) * 60_000 + 4500
+    assert gr.parse_duration_ms("p2d") == 2 * 86_400_000
     for bad in ("P", "PT", "15M", "PT1X", ""):
         with pytest.raises(CliError, match="--by-duration"):
-            g.parse_duration_ms(bad)
+            gr.parse_duration_ms(bad)
 
 
 def test_parse_states() -> None:
-    assert g.parse_states("stable, EMPTY") == {"Stable", "Empty"}
-    assert g.parse_states("") == set()
+    assert go.parse_states("stable, EMPTY") == {"Stable", "Empty"}
+    assert go.parse_states("") == set()
     with pytest.raises(CliError, match="State must be one of"):
-        g.parse_states("Stable,Bogus")
+        go.parse_states("Stable,Bogus")
 
 
 def test_reset_spec_from_args() -> None:
-    def spec(*argv: str) -> g.ResetSpec:
+    def spec(*argv: str) -> gr.ResetSpec:
         args = _parse("reset-offsets", "--group", "g", "--all-topics", *argv)
-        return g.reset_spec(args, lambda: 1_000_000)
+        return gr.reset_spec(args, lambda: 1_000_000)
 
-    assert spec("--to-earliest") == g.ResetSpec("earliest")
-    assert spec("--to-latest") == g.ResetSpec("latest")
-    assert spec("--to-current") == g.ResetSpec("current")
-    assert spec("--to-offset", "7") == g.ResetSpec("offset", 7)
-    assert spec("--shift-by", "-3") == g.ResetSpec("shift", -3)
-    assert spec("--to-datetime", "1970-01-01T00:00:01.500Z") == g.ResetSpec("datetime", 1500)
-    assert spec("--by-duration", "PT10S") == g.ResetSpec("duration", 990_000)
+    assert spec("--to-earliest") == gr.ResetSpec("earliest")
+    assert spec("--to-latest") == gr.ResetSpec("latest")
+    assert spec("--to-current") == gr.ResetSpec("current")
+    assert spec("--to-offset", "7") == gr.ResetSpec("offset", 7)
+    assert spec("--shift-by", "-3") == gr.ResetSpec("shift", -3)
+    assert spec("--to-datetime", "1970-01-01T00:00:01.500Z") == gr.ResetSpec("datetime", 1500)
+    assert spec("--by-duration", "PT10S") == gr.ResetSpec("duration", 990_000)
 
 
 def test_state_name() -> None:
     from confluent_kafka import ConsumerGroupState
 
-    assert g.state_name(ConsumerGroupState.STABLE) == "Stable"
-    assert g.state_name(ConsumerGroupState.PREPARING_REBALANCING) == "PreparingRebalance"
-    assert g.state_name(ConsumerGroupState.EMPTY) == "Empty"
-    assert g.state_name("Dead") == "Dead"
+    assert go.state_name(ConsumerGroupState.STABLE) == "Stable"
+    assert go.state_name(ConsumerGroupState.PREPARING_REBALANCING) == "PreparingRebalance"
+    assert go.state_name(ConsumerGroupState.EMPTY) == "Empty"
+    assert go.state_name("Dead") == "Dead"
 
 
 # --- reset-offsets planning ----------------------------------------------------------------
@@ -160,8 +161,8 @@ END = {A0: 100, A1: 50, A2: 0}
 COMMITTED = {A0: 40, A1: 20}
 
 
-def _plan(spec: g.ResetSpec, by_time: dict[TP, int | None] | None = None) -> g.ResetPlan:
-    return g.plan_reset(
+def _plan(spec: gr.ResetSpec, by_time: dict[TP, int | None] | None = None) -> gr.ResetPlan:
+    return gr.plan_reset(
         spec,
         [A1, A0, A2],
         committed=COMMITTED,
@@ -172,14 +173,14 @@ def _plan(spec: g.ResetSpec, by_time: dict[TP, int | None] | None = None) -> g.R
 
 
 def test_plan_earliest_latest_current() -> None:
-    assert _plan(g.ResetSpec("earliest")).offsets == {A0: 0, A1: 10, A2: 0}
-    assert _plan(g.ResetSpec("latest")).offsets == {A0: 100, A1: 50, A2: 0}
+    assert _plan(gr.ResetSpec("earliest")).offsets == {A0: 0, A1: 10, A2: 0}
+    assert _plan(gr.ResetSpec("latest")).offsets == {A0: 100, A1: 50, A2: 0}
     # no committed offset on a2: the log end offset
-    assert _plan(g.ResetSpec("current")).offsets == {A0: 40, A1: 20, A2: 0}
+    assert _plan(gr.ResetSpec("current")).offsets == {A0: 40, A1: 20, A2: 0}
 
 
 def test_plan_to_offset_clamps_with_warnings() -> None:
-    plan = _plan(g.ResetSpec("offset", 60))
+    plan = _plan(gr.ResetSpec("offset", 60))
     assert plan.offsets == {A0: 60, A1: 50, A2: 0}
     assert plan.warnings == [
         "New offset (60) is higher than latest offset for topic partition a-1. "
@@ -187,7 +188,7 @@ def test_plan_to_offset_clamps_with_warnings() -> None:
         "New offset (60) is higher than latest offset for topic partition a-2. "
         "Value will be set to 0",
     ]
-    plan = _plan(g.ResetSpec("offset", 5))
+    plan = _plan(gr.ResetSpec("offset", 5))
     assert plan.offsets == {A0: 5, A1: 10, A2: 0}
     assert plan.warnings == [
         "New offset (5) is lower than earliest offset for topic partition a-1. "
@@ -198,8 +199,8 @@ def test_plan_to_offset_clamps_with_warnings() -> None:
 
 
 def test_plan_shift_by() -> None:
-    plan = g.plan_reset(
-        g.ResetSpec("shift", -15),
+    plan = gr.plan_reset(
+        gr.ResetSpec("shift", -15),
         [A0, A1],
         committed=COMMITTED,
         log_start=START,
@@ -207,54 +208,54 @@ def test_plan_shift_by() -> None:
     )
     assert plan.offsets == {A0: 25, A1: 10}  # 20 - 15 = 5 clamped to log start 10
     assert len(plan.warnings) == 1 and "a-1" in plan.warnings[0]
-    plan = g.plan_reset(
-        g.ResetSpec("shift", 100), [A0], committed=COMMITTED, log_start=START, log_end=END
+    plan = gr.plan_reset(
+        gr.ResetSpec("shift", 100), [A0], committed=COMMITTED, log_start=START, log_end=END
     )
     assert plan.offsets == {A0: 100}
     with pytest.raises(CliError, match="Cannot shift offset for partition a-2"):
-        _plan(g.ResetSpec("shift", 1))
+        _plan(gr.ResetSpec("shift", 1))
 
 
 def test_plan_by_time_falls_back_to_log_end() -> None:
-    plan = _plan(g.ResetSpec("datetime", 123), {A0: 30, A1: None, A2: -1})
+    plan = _plan(gr.ResetSpec("datetime", 123), {A0: 30, A1: None, A2: -1})
     assert plan.offsets == {A0: 30, A1: 50, A2: 0}
     assert plan.warnings == [
         "Partition 1 from topic a is empty. Falling back to latest known offset.",
         "Partition 2 from topic a is empty. Falling back to latest known offset.",
     ]
-    assert g.ResetSpec("duration", 1).needs_times() and not g.ResetSpec("latest").needs_times()
+    assert gr.ResetSpec("duration", 1).needs_times() and not gr.ResetSpec("latest").needs_times()
 
 
 def test_plan_needs_log_offsets() -> None:
     with pytest.raises(CliError, match="a-3"):
-        g.plan_reset(
-            g.ResetSpec("earliest"), [TP("a", 3)], committed={}, log_start=START, log_end=END
+        gr.plan_reset(
+            gr.ResetSpec("earliest"), [TP("a", 3)], committed={}, log_start=START, log_end=END
         )
 
 
 def test_format_reset_plan() -> None:
-    text = g.format_reset_plan("grp", {A1: 10, A0: 0})
+    text = gr.format_reset_plan("grp", {A1: 10, A0: 0})
     assert text.splitlines() == [
         "",
         f"{'GROUP':<30} {'TOPIC':<30} {'PARTITION':<10} NEW-OFFSET",
         f"{'grp':<30} {'a':<30} {'0':<10} 0",
         f"{'grp':<30} {'a':<30} {'1':<10} 10",
     ]
-    assert g.format_reset_plan("grp", {}) == ""
+    assert gr.format_reset_plan("grp", {}) == ""
 
 
 # --- describe ------------------------------------------------------------------------------
 
-MEMBER_1 = g.MemberView("c1-uuid", "/127.0.0.1", "c1", (TP("t", 0),))
-MEMBER_2 = g.MemberView("c2-uuid", "/127.0.0.1", "c2", (TP("t", 2), TP("t", 1)))
-IDLE = g.MemberView("c3-uuid", "/127.0.0.1", "c3", ())
-STABLE = g.GroupView("grp", "Stable", "127.0.0.1:9092 (1)", "range", (MEMBER_1, MEMBER_2, IDLE))
+MEMBER_1 = go.MemberView("c1-uuid", "/127.0.0.1", "c1", (TP("t", 0),))
+MEMBER_2 = go.MemberView("c2-uuid", "/127.0.0.1", "c2", (TP("t", 2), TP("t", 1)))
+IDLE = go.MemberView("c3-uuid", "/127.0.0.1", "c3", ())
+STABLE = go.GroupView("grp", "Stable", "127.0.0.1:9092 (1)", "range", (MEMBER_1, MEMBER_2, IDLE))
 
 
 def test_offset_rows_members_first_then_unowned() -> None:
     committed = {TP("t", 0): 5, TP("t", 1): 7, TP("u", 0): 3}
     log_end = {TP("t", 0): 10, TP("t", 1): 7, TP("t", 2): 4}
-    rows = g.offset_rows(STABLE, committed, log_end)
+    rows = go.offset_rows(STABLE, committed, log_end)
     assert [(r.topic, r.partition, r.consumer_id) for r in rows] == [
         ("t", 1, "c2-uuid"),  # the member with most partitions first
         ("t", 2, "c2-uuid"),
@@ -271,11 +272,11 @@ def test_offset_rows_members_first_then_unowned() -> None:
 
 def test_format_offsets_table() -> None:
     rows = [
-        g.OffsetRow("grp", "t", 0, 5, 10, "c1-uuid", "/127.0.0.1", "c1"),
-        g.OffsetRow("grp", "t", 1, None, 4, "c2-uuid", "/127.0.0.1", "c2"),
-        g.OffsetRow("grp", "u", 0, 3, None),
+        go.OffsetRow("grp", "t", 0, 5, 10, "c1-uuid", "/127.0.0.1", "c1"),
+        go.OffsetRow("grp", "t", 1, None, 4, "c2-uuid", "/127.0.0.1", "c2"),
+        go.OffsetRow("grp", "u", 0, 3, None),
     ]
-    lines = g.format_offsets(rows).splitlines()
+    lines = go.format_offsets(rows).splitlines()
     assert lines[0] == ""
     assert lines[1].split() == [
         "GROUP",
@@ -299,19 +300,19 @@ def test_format_offsets_table() -> None:
 
 
 def test_state_notice() -> None:
-    assert g.state_notice("g", "Stable", 3) == (None, True)
-    assert g.state_notice("g", "Stable", 0) == (None, False)
-    assert g.state_notice("g", "Empty", 2) == ("Consumer group 'g' has no active members.", True)
-    assert g.state_notice("g", "PreparingRebalance", 1) == (
+    assert go.state_notice("g", "Stable", 3) == (None, True)
+    assert go.state_notice("g", "Stable", 0) == (None, False)
+    assert go.state_notice("g", "Empty", 2) == ("Consumer group 'g' has no active members.", True)
+    assert go.state_notice("g", "PreparingRebalance", 1) == (
         "Warning: Consumer group 'g' is rebalancing.",
         True,
     )
     with pytest.raises(CliError, match="Consumer group 'g' does not exist."):
-        g.state_notice("g", "Dead", 0)
+        go.state_notice("g", "Dead", 0)
 
 
 def test_format_members_and_verbose() -> None:
-    lines = g.format_members(STABLE, verbose=False).splitlines()
+    lines = go.format_members(STABLE, verbose=False).splitlines()
     assert lines[0] == ""
     assert lines[1].split() == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
     assert [ln.split() for ln in lines[2:]] == [
@@ -319,15 +320,15 @@ def test_format_members_and_verbose() -> None:
         ["grp", "c2-uuid", "/127.0.0.1", "c2", "2"],
         ["grp", "c3-uuid", "/127.0.0.1", "c3", "0"],
     ]
-    verbose = g.format_members(STABLE, verbose=True).splitlines()
+    verbose = go.format_members(STABLE, verbose=True).splitlines()
     assert verbose[1].split()[-1] == "ASSIGNMENT"
     assert verbose[3].split()[-1] == "t(1,2)" and verbose[4].split()[-1] == "-"
     assert verbose[1].index("ASSIGNMENT") == verbose[3].index("t(1,2)")
 
 
 def test_format_members_static_membership_column() -> None:
-    group = g.GroupView("grp", "Stable", members=(g.MemberView("m", "h", "c", (), "inst-1"),))
-    lines = g.format_members(group, verbose=False).splitlines()
+    group = go.GroupView("grp", "Stable", members=(go.MemberView("m", "h", "c", (), "inst-1"),))
+    lines = go.format_members(group, verbose=False).splitlines()
     assert lines[1].split() == [
         "GROUP",
         "CONSUMER-ID",
@@ -340,12 +341,12 @@ def test_format_members_static_membership_column() -> None:
 
 
 def test_format_assignment() -> None:
-    assert g.format_assignment([TP("b", 1), TP("a", 2), TP("a", 0)]) == "a(0,2),b(1)"
-    assert g.format_assignment([]) == "-"
+    assert go.format_assignment([TP("b", 1), TP("a", 2), TP("a", 0)]) == "a(0,2),b(1)"
+    assert go.format_assignment([]) == "-"
 
 
 def test_format_state() -> None:
-    lines = g.format_state(STABLE).splitlines()
+    lines = go.format_state(STABLE).splitlines()
     assert lines[0] == ""
     assert lines[1].split("  ")[0] == "GROUP"
     assert " ".join(lines[1].split()) == "GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE #MEMBERS"
@@ -355,7 +356,7 @@ def test_format_state() -> None:
 
 
 def test_format_group_states() -> None:
-    text = g.format_group_states([("a", "Stable"), ("a-much-longer-group", "Empty")])
+    text = go.format_group_states([("a", "Stable"), ("a-much-longer-group", "Empty")])
     assert text.splitlines() == [
         f"{'GROUP':<19} STATE",
         f"{'a':<19} Stable",
@@ -365,10 +366,10 @@ def test_format_group_states() -> None:
 
 def test_format_delete_result() -> None:
     assert (
-        g.format_delete_result(["a", "b"], {})
+        go.format_delete_result(["a", "b"], {})
         == "Deletion of requested consumer groups ('a', 'b') was successful.\n"
     )
-    text = g.format_delete_result(["a"], {"b": "The group is not empty. (NON_EMPTY_GROUP)"})
+    text = go.format_delete_result(["a"], {"b": "The group is not empty. (NON_EMPTY_GROUP)"})
     assert text.splitlines() == [
         "Error: Deletion of some consumer groups failed:",
         "* Group 'b' could not be deleted due to: The group is not empty. (NON_EMPTY_GROUP)",

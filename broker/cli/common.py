@@ -1,0 +1,304 @@
+"""What the ``millrace`` admin and client commands share: one error path, the connection
+options and the clients built from them, and small argument and output helpers.
+
+Error path: a command reports a failure as one line ``<prog>: <message>`` on stderr and
+exits 1 (:func:`fail`). Code deep inside a command raises :class:`CliError` instead;
+:func:`guard` wraps a command's ``func`` and turns a CliError, a confluent-kafka
+``KafkaException`` that escaped, or a connection error into that line. Bad usage is
+argparse's business (``parser.error``: usage, message, exit code 2) and is never caught here.
+
+Connection options (Kafka's tool names), defined once in :func:`add_connection_options`:
+``--bootstrap-server HOST:PORT[,HOST:PORT]``, else ``bootstrap_servers`` of
+``--dir D``'s ``cluster.json`` (written by ``millrace cluster up``), else
+``$MILLRACE_BOOTSTRAP``, else ``127.0.0.1:9092`` (:func:`resolve_bootstrap`);
+``--command-config FILE`` (librdkafka settings in a ``.properties`` file) for the commands
+that use confluent-kafka; ``--timeout SECONDS`` (default 30) for the admin commands.
+:func:`client_config` turns them into a librdkafka configuration and :func:`admin_client`
+into confluent-kafka's ``AdminClient``.
+
+Nothing here imports confluent-kafka at module level (``millrace --help`` stays fast).
+Everything is synchronous and runs in the command's one thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+BOOTSTRAP_ENV = "MILLRACE_BOOTSTRAP"
+DEFAULT_TIMEOUT_S = 30.0
+MISSING = "-"
+
+Command = Callable[[argparse.Namespace], int]
+
+
+class CliError(Exception):
+    """A failure to report as one line on stderr with exit code 1."""
+
+
+# --- the error path ------------------------------------------------------------------------
+
+
+def fail(prog: str, message: str, code: int = 1) -> int:
+    """Write ``<prog>: <message>`` on stderr and return ``code`` (the exit code)."""
+    sys.stderr.write(f"{prog}: {message}\n")
+    return code
+
+
+def kafka_error_text(error: object) -> str:
+    """One line for a confluent-kafka ``KafkaException`` (its ``KafkaError`` if it carries
+    one) or a ``KafkaError``: ``<description> (<NAME>)``."""
+    err = error.args[0] if isinstance(error, BaseException) and error.args else error
+    describe = getattr(err, "str", None)
+    name = getattr(err, "name", None)
+    if callable(describe) and callable(name):
+        return f"{describe()} ({name()})"
+    if isinstance(error, BaseException):
+        return str(error) or type(error).__name__
+    return str(error)
+
+
+def kafka_error_code(exc: BaseException) -> str | None:
+    """The name of a confluent-kafka exception's ``KafkaError`` (``TOPIC_ALREADY_EXISTS``),
+    or None."""
+    err = exc.args[0] if exc.args else None
+    name = getattr(err, "name", None)
+    return str(name()) if callable(name) else None
+
+
+def _kafka_exceptions() -> tuple[type[BaseException], ...]:
+    """confluent-kafka's KafkaException if it was imported (else nothing can raise it)."""
+    module = sys.modules.get("confluent_kafka")
+    kafka_exception = getattr(module, "KafkaException", None)
+    return (kafka_exception,) if isinstance(kafka_exception, type) else ()
+
+
+def guard(prog: str) -> Callable[[Command], Command]:
+    """Decorator for a command's ``func``: a :class:`CliError`, a ``KafkaException`` or a
+    connection error (``ConnectionError``, ``TimeoutError``) becomes one line
+    ``<prog>: <message>`` on stderr and exit code 1."""
+
+    def decorate(func: Command) -> Command:
+        @functools.wraps(func)
+        def wrapper(args: argparse.Namespace) -> int:
+            try:
+                return int(func(args))
+            except CliError as exc:
+                return fail(prog, str(exc))
+            except (ConnectionError, TimeoutError) as exc:
+                return fail(prog, f"connection failed: {str(exc) or type(exc).__name__}")
+            except _kafka_exceptions() as exc:
+                return fail(prog, kafka_error_text(exc))
+
+        return wrapper
+
+    return decorate
+
+
+# --- connection options and clients --------------------------------------------------------
+
+
+def add_connection_options(
+    parser: argparse.ArgumentParser, *, command_config: bool = True, timeout: bool = False
+) -> None:
+    """Add ``--bootstrap-server`` and ``--dir``, then ``--command-config`` (for commands
+    that use confluent-kafka) and ``--timeout SECONDS`` (for the admin commands)."""
+    parser.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT[,HOST:PORT]",
+        help="brokers to connect to (default: --dir's cluster.json, else $"
+        f"{BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
+    )
+    parser.add_argument(
+        "--dir", metavar="D", help="cluster directory of `millrace cluster up` (reads cluster.json)"
+    )
+    if command_config:
+        parser.add_argument(
+            "--command-config",
+            metavar="FILE",
+            help="properties file of client settings (librdkafka names)",
+        )
+    if timeout:
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=DEFAULT_TIMEOUT_S,
+            metavar="SECONDS",
+            help=f"request timeout (default {DEFAULT_TIMEOUT_S:g})",
+        )
+
+
+def resolve_bootstrap(bootstrap: str | None, cluster_dir: str | None) -> str:
+    """The bootstrap servers: explicit, else ``cluster.json`` of ``cluster_dir``, else the
+    ``MILLRACE_BOOTSTRAP`` environment variable, else ``127.0.0.1:9092``."""
+    if bootstrap:
+        return bootstrap
+    if cluster_dir:
+        path = Path(cluster_dir) / "cluster.json"
+        try:
+            servers = json.loads(path.read_text())["bootstrap_servers"]
+        except FileNotFoundError as exc:
+            raise CliError(f"--dir {cluster_dir}: {path} not found (is the cluster up?)") from exc
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CliError(
+                f"--dir {cluster_dir}: cannot read bootstrap_servers from {path}: {exc}"
+            ) from exc
+        if not isinstance(servers, str) or not servers:
+            raise CliError(f"--dir {cluster_dir}: {path} has no bootstrap_servers")
+        return servers
+    return os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
+
+
+def bootstrap_servers(args: argparse.Namespace) -> str:
+    """:func:`resolve_bootstrap` of the parsed connection options."""
+    return resolve_bootstrap(getattr(args, "bootstrap_server", None), getattr(args, "dir", None))
+
+
+def client_config(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The base librdkafka configuration for a CLI client: bootstrap servers, quiet logging
+    unless ``--log-level`` is DEBUG or INFO, then ``--command-config`` and ``extra``."""
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers(args)}
+    level = str(getattr(args, "log_level", "WARNING")).upper()
+    if level in ("DEBUG", "INFO"):
+        conf["logger"] = logging.getLogger("millrace.librdkafka")
+    else:
+        conf["log_level"] = 0  # errors are reported by the command itself
+    command_config = getattr(args, "command_config", None)
+    if command_config:
+        conf.update(read_properties_file(command_config, "--command-config"))
+    if extra:
+        conf.update(extra)
+    return conf
+
+
+def admin_client(args: argparse.Namespace) -> AdminClient:
+    """confluent-kafka's ``AdminClient`` configured by the connection options."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(client_config(args))
+
+
+# --- argument helpers ----------------------------------------------------------------------
+
+
+def integer(text: str) -> int:
+    """argparse type: any integer."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    value = integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = integer(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def parse_key_values(items: Iterable[str], option: str) -> dict[str, str]:
+    """Parse ``k=v`` strings (values may contain ``=``); a malformed one raises CliError."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"{option} {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+def read_text_file(path: str, option: str) -> str:
+    """The text of the file an option names; unreadable raises CliError naming both."""
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise CliError(f"{option} {path}: {exc.strerror or exc}") from exc
+
+
+def read_properties_file(path: str, option: str) -> dict[str, str]:
+    """Read a Java-style ``.properties`` file (``k=v`` or ``k: v``, ``#``/``!`` comments)."""
+    text = read_text_file(path, option)
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if not match:
+            raise CliError(f"{option} {path}: cannot parse line {raw!r}")
+        out[match.group(1)] = match.group(2)
+    return out
+
+
+# --- output helpers ------------------------------------------------------------------------
+
+
+def cell_text(value: object) -> str:
+    """A table cell: ``-`` for None (unknown), else ``str(value)``."""
+    return MISSING if value is None else str(value)
+
+
+def ids_text(ids: Iterable[int]) -> str:
+    """Broker ids as Kafka's tools print them: ``1,2,3``."""
+    return ",".join(str(i) for i in ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of :func:`format_table`: its heading, its width (cells are padded to it,
+    a longer cell overflows it), whether it widens to its longest cell (``fit``), and its
+    alignment (``<`` left, ``>`` right)."""
+
+    heading: str
+    width: int = 0
+    fit: bool = False
+    align: str = "<"
+
+
+def format_table(columns: Sequence[Column], rows: Iterable[Sequence[object]]) -> list[str]:
+    """The heading line and one line per row, as Kafka's tools print tables: cells
+    (:func:`cell_text`) padded to their column's width and joined by one space, trailing
+    blanks stripped. A ``fit`` column is as wide as its longest cell (headings excluded)
+    when that exceeds ``width``."""
+    texts = [[cell_text(cell) for cell in row] for row in rows]
+    widths = [
+        max([c.width] + [len(row[i]) for row in texts]) if c.fit else c.width
+        for i, c in enumerate(columns)
+    ]
+
+    def line(cells: Sequence[str]) -> str:
+        return " ".join(
+            f"{cell:{c.align}{w}}" for cell, c, w in zip(cells, columns, widths, strict=True)
+        ).rstrip()
+
+    return [line([c.heading for c in columns])] + [line(row) for row in texts]
+
+
+def silence_stdout() -> None:
+    """After a reader closed our stdout (``| head``), point it at /dev/null so the final
+    flush at exit does not raise again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
