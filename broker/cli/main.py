@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES = (
     "broker.cli.groups",
     "broker.cli.reassign",
     "broker.cli.elect_leaders",
+    "broker.cli.transactions",
     "broker.cli.console",
     "broker.cli.perf",
     "broker.cli.dump_log",

@@ -156,6 +156,10 @@ class ClusterClient:
         self.attempts = attempts
         self.backoff_s = backoff_s
 
+    def send(self, host: str, port: int, api_key: int, version: int, body: Any) -> Any:
+        """One request to the broker at ``host:port``; returns the decoded response."""
+        return self._send(host, port, api_key, version, body)
+
     def _send(self, host: str, port: int, api_key: int, version: int, body: Any) -> Any:
         requester = self._requester
         if requester is None:
