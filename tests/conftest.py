@@ -1,7 +1,6 @@
 """Fixtures shared by every test tier. Keep this file small; tier-specific fixtures live in the
 tier's own conftest.py.
 
-* ``free_port()``: a free TCP port on 127.0.0.1, never the same twice in one session.
 * ``zookeeper`` (session-scoped): the connect string (``127.0.0.1:PORT``) of one embedded
   ZooKeeper started from pyspark's jars (tickTime 500 ms, so sessions may be as short as
   1 s); stopped by its pid at teardown, even when tests fail. Tests that need isolation use a
@@ -10,25 +9,11 @@ tier's own conftest.py.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
 
-_handed_out: set[int] = set()
-
-
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1, never the same one twice in this session."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
-    raise RuntimeError("no free port found")
+from tests.harness.ports import free_port
 
 
 @pytest.fixture(scope="session")

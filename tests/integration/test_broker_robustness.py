@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from broker.protocol import records as rec
 
 if TYPE_CHECKING:
-    from conftest import Cluster
+    from tests.harness.cluster import Cluster
 
 SOCKET_REQUEST_MAX_BYTES = 1_048_576
 

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from conftest import Cluster
+    from tests.harness.cluster import Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

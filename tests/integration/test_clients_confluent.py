@@ -38,7 +38,7 @@ from kafka.partitioner.default import murmur2
 from broker.protocol import records as rec
 
 if TYPE_CHECKING:
-    from conftest import Cluster
+    from tests.harness.cluster import Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

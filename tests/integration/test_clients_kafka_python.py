@@ -19,7 +19,7 @@ from kafka import codec as kafka_codec
 from kafka.partitioner.default import murmur2
 
 if TYPE_CHECKING:
-    from conftest import Cluster
+    from tests.harness.cluster import Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -27,7 +27,7 @@ from confluent_kafka import KafkaError, Producer
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from conftest import Cluster
+    from tests.harness.cluster import Cluster
 
 BROKERS = [1, 2, 3]
 PROPS = {

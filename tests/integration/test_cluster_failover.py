@@ -37,7 +37,7 @@ from broker.protocol import records as rec
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from conftest import Cluster
+    from tests.harness.cluster import Cluster
 
 BROKERS = [1, 2, 3]
 FAULT_PROPS = {

@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-from conftest import wait_for
+
+from tests.harness.waiting import wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from conftest import Cluster
+    from tests.harness.cluster import Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault, pytest.mark.timeout(300)]
 

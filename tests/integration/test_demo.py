@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import pid_alive, pids_mentioning
+from tests.harness.processes import pid_alive, pids_mentioning
 
 pytestmark = pytest.mark.integration
 

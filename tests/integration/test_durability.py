@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError, Producer
 from broker.protocol import records as rec
 
 if TYPE_CHECKING:
-    from conftest import Cluster
+    from tests.harness.cluster import Cluster
 
 pytestmark = [
     pytest.mark.integration,

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from conftest import REPO, wait_for
+
+from tests.harness.cluster import REPO
+from tests.harness.waiting import wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from conftest import Cluster
+    from tests.harness.cluster import Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault, pytest.mark.timeout(400)]
 

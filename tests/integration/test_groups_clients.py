@@ -24,7 +24,6 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient
-from conftest import wait_for
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
@@ -36,9 +35,10 @@ from kafka.structs import OffsetAndMetadata
 
 from broker.coordinator.group.offsets_topic import GroupMetadataValue, partition_for
 from broker.coordinator.group.persistence import LoadedPartition, apply_records
+from tests.harness.waiting import wait_for
 
 if TYPE_CHECKING:
-    from conftest import Cluster
+    from tests.harness.cluster import Cluster
 
 OFFSETS_PARTITIONS = 3
 

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from conftest import wait_for
 
 from broker.coordinator.group.offsets_topic import partition_for
+from tests.harness.waiting import wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from conftest import Cluster
+    from tests.harness.cluster import Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault, pytest.mark.timeout(300)]
 

@@ -45,7 +45,7 @@ from broker.zookeeper import (
     zookeeper_classpath,
     zookeeper_is_serving,
 )
-from tests.conftest import free_port
+from tests.harness.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import (  # noqa: F401 - re-exported fixtures
+from tests.harness.fixtures import (  # noqa: F401 - re-exported fixtures
     cluster,
     cluster_factory,
     topic_name,

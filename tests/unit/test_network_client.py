@@ -22,7 +22,7 @@ from broker.network.server import CloseConnection, ConnectionInfo, KafkaServer, 
 from broker.protocol import registry
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import parse_request_header, response_header, skip_tagged_fields
-from tests.conftest import free_port
+from tests.harness.ports import free_port
 
 pytestmark = pytest.mark.unit
 

@@ -1,0 +1,8 @@
+"""The test harness the integration and Spark tiers share: real ZooKeeper, real broker
+processes started with ``millrace cluster up``, real clients.
+
+Modules: ``ports`` (free loopback ports), ``waiting`` (``wait_for``), ``processes`` (pids:
+liveness, SIGKILL, lookup by command line), ``raw`` (hand-built Kafka requests on a plain
+socket), ``clients`` (confluent-kafka admin and consumers, log-file readers), ``cluster``
+(the ``Cluster`` object), ``fixtures`` (the pytest fixtures the conftest files re-export).
+"""

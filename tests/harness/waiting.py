@@ -1,0 +1,28 @@
+"""Polling until a condition holds, with a message naming what never happened."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 60.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; return that. Exceptions raised by
+    the predicate count as "not yet" (a broker may be restarting). On timeout raise
+    AssertionError naming ``what`` with the last value or exception seen."""
+    deadline = time.monotonic() + timeout_s
+    last: object = "never evaluated"
+    while True:
+        try:
+            value = predicate()
+        except Exception as exc:  # noqa: BLE001 - keep polling, report at the end
+            value = None
+            last = f"raised {exc!r}"
+        else:
+            if value:
+                return value
+            last = f"returned {value!r}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not reached within {timeout_s:g}s (last: {last})")
+        time.sleep(0.2)
