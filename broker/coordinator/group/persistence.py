@@ -6,10 +6,16 @@ Writing: an offset commit is one record batch with one record per partition (key
 tombstone (null value), so compaction keeps only the latest state. Record formats are
 ``offsets_topic.py``'s, byte-compatible with Kafka 3.9.
 
+Transactional offset commits (TxnOffsetCommit, KIP-98) are the same offset records in a
+*transactional* batch stamped with the producer id and epoch of the transaction; they stay
+pending until the transaction's marker (a control batch of the same producer) commits them
+(they become the group's offsets) or aborts them (they vanish).
+
 Loading: when this broker becomes leader of an offsets partition, the coordinator replays the
-partition from its log start to its high watermark; later records win, tombstones delete.
-Records of key versions this broker does not know (written by newer Kafka versions) are
-skipped, as Kafka does.
+partition from its log start to its high watermark; later records win, tombstones delete;
+transactional commits wait for their producer's marker, and those still without one at the
+end stay pending. Records of key versions this broker does not know (written by newer Kafka
+versions) are skipped, as Kafka does.
 
 Pure functions over bytes and a reader callable; no asyncio.
 """
@@ -33,15 +39,22 @@ from broker.coordinator.group.offsets_topic import (
     encode_value,
 )
 from broker.protocol import records
+from broker.protocol.control_records import InvalidControlRecordError, decode_marker
 from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
 
 def offset_commit_batch(
-    group: str, offsets: Mapping[TopicPartition, OffsetValue | None], now_ms: int
+    group: str,
+    offsets: Mapping[TopicPartition, OffsetValue | None],
+    now_ms: int,
+    *,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
 ) -> bytes:
-    """One batch committing (or, with None, deleting) ``group``'s offsets."""
+    """One batch committing (or, with None, deleting) ``group``'s offsets; with a producer
+    id, a transactional batch of that producer (a TxnOffsetCommit)."""
     recs = [
         records.SimpleRecord(
             key=encode_key(OffsetKey(group, tp.topic, tp.partition)),
@@ -50,6 +63,16 @@ def offset_commit_batch(
         )
         for tp, value in sorted(offsets.items())
     ]
+    if producer_id >= 0:
+        return bytes(
+            records.encode_batch(
+                recs,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                base_sequence=0,
+                transactional=True,
+            )
+        )
     return bytes(records.encode_batch(recs))
 
 
@@ -63,21 +86,52 @@ def group_metadata_batch(group: str, value: GroupMetadataValue | None, now_ms: i
     return bytes(records.encode_batch([rec]))
 
 
+PendingOffsets = dict[int, dict[str, dict[TopicPartition, OffsetValue]]]
+"""producer id -> group -> partition -> offset committed in a transaction not yet ended."""
+
+
 @dataclass(slots=True)
 class LoadedPartition:
-    """What one offsets partition holds: committed offsets and group metadata per group."""
+    """What one offsets partition holds: committed offsets and group metadata per group,
+    and transactional commits still waiting for their marker."""
 
     offsets: dict[str, dict[TopicPartition, OffsetValue]] = field(default_factory=dict)
     groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
     removed_groups: set[str] = field(default_factory=set)
+    pending: PendingOffsets = field(default_factory=dict)
+
+
+def complete_pending(
+    offsets: dict[str, dict[TopicPartition, OffsetValue]],
+    pending: PendingOffsets,
+    producer_id: int,
+    commit: bool,
+) -> list[str]:
+    """A marker of ``producer_id``: its pending commits become offsets (``commit``) or
+    vanish; returns the groups whose offsets changed."""
+    groups = pending.pop(producer_id, {})
+    if not commit:
+        return []
+    for group, values in groups.items():
+        offsets.setdefault(group, {}).update(values)
+    return sorted(groups)
 
 
 def apply_records(loaded: LoadedPartition, blobs: Iterable[bytes]) -> None:
     """Replay record-batch blobs (whole batches, in log order) into ``loaded``."""
     for blob in blobs:
         for header in records.iter_batches(blob, allow_partial_tail=True):
-            if header.attributes & 0x20:  # control batch (transaction markers)
+            if header.attributes & records.CONTROL_MASK:  # a transaction marker
+                try:
+                    marker = decode_marker(blob, header)
+                except InvalidControlRecordError as exc:
+                    log.warning("skipping a malformed transaction marker: %s", exc)
+                    continue
+                complete_pending(
+                    loaded.offsets, loaded.pending, header.producer_id, marker.is_commit
+                )
                 continue
+            transactional = bool(header.attributes & records.TRANSACTIONAL_MASK)
             for rec in records.decode_records(blob, header):
                 if rec.key is None:
                     continue
@@ -89,7 +143,12 @@ def apply_records(loaded: LoadedPartition, blobs: Iterable[bytes]) -> None:
                 except OffsetsRecordError as exc:
                     log.warning("skipping a malformed __consumer_offsets record: %s", exc)
                     continue
-                if isinstance(key, OffsetKey):
+                if isinstance(key, OffsetKey) and transactional:
+                    if isinstance(value, OffsetValue):
+                        loaded.pending.setdefault(header.producer_id, {}).setdefault(
+                            key.group, {}
+                        )[TopicPartition(key.topic, key.partition)] = value
+                elif isinstance(key, OffsetKey):
                     tp = TopicPartition(key.topic, key.partition)
                     group_offsets = loaded.offsets.setdefault(key.group, {})
                     if value is None:
