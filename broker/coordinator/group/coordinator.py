@@ -24,6 +24,12 @@ Commits and completed rebalances are appended to the offsets partition with acks
 the replica manager, and acknowledged (and applied to the in-memory cache) only once the ISR
 has them, so a committed offset survives the loss of the coordinator.
 
+Transactional commits (TxnOffsetCommit, KIP-98) are appended as a transactional batch of the
+committing producer and kept *pending*; when the transaction's marker is written to the
+offsets partition (WriteTxnMarkers calls :meth:`GroupCoordinator.complete_transaction`) they
+become the group's offsets on commit and vanish on abort. OffsetFetch with
+``require_stable`` answers UNSTABLE_OFFSET_COMMIT for a partition with a pending commit.
+
 Concurrency: event loop thread only.
 """
 
@@ -83,6 +89,8 @@ class OffsetsPartition:
     loaded: bool = False
     groups: dict[str, Group] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, OffsetValue]] = field(default_factory=dict)
+    # producer id -> group -> partition -> offset of a transaction not ended yet
+    pending: persistence.PendingOffsets = field(default_factory=dict)
 
 
 class GroupCoordinator:
@@ -178,6 +186,7 @@ class GroupCoordinator:
             return  # unloaded meanwhile
         now = self.clock.time_ms()
         state.offsets = loaded.offsets
+        state.pending = loaded.pending
         for group_id, value in loaded.groups.items():
             try:
                 state.groups[group_id] = Group.load(
@@ -448,10 +457,19 @@ class GroupCoordinator:
 
     # --- persistence ------------------------------------------------------------------------
 
-    async def _append(self, state: OffsetsPartition, blob: bytes) -> ErrorCode:
+    async def _append(
+        self, state: OffsetsPartition, blob: bytes, *, transactional: bool = False
+    ) -> ErrorCode:
+        """Append ``blob`` (acks=all); a transactional commit is appended as the coordinator's
+        own write, so its producer's sequence numbers are not checked (Kafka's
+        AppendOrigin.COORDINATOR)."""
         tp = TopicPartition(OFFSETS_TOPIC, state.partition)
+        extra: dict[str, Any] = {"coordinator": True} if transactional else {}
         results = await self.replica_manager.append_records(
-            {tp: blob}, required_acks=-1, timeout_ms=int(self.config["offsets.commit.timeout.ms"])
+            {tp: blob},
+            required_acks=-1,
+            timeout_ms=int(self.config["offsets.commit.timeout.ms"]),
+            **extra,
         )
         code = results[tp].error
         if code in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition):
@@ -547,8 +565,74 @@ class GroupCoordinator:
                 results[tp] = code
         return results
 
+    async def txn_commit_offsets(
+        self,
+        group_id: str,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: the offsets are written in the producer's transaction and stay
+        pending until its marker."""
+        error, state = self._partition_of(group_id)
+        if state is None:
+            return dict.fromkeys(offsets, error)
+        now = self.clock.time_ms()
+        group = state.groups.get(group_id)
+        if group is None:
+            group = state.groups[group_id] = Group(group_id, self.group_config, now)
+        code = group.validate_offset_commit(member_id, generation_id, group_instance_id, now_ms=now)
+        if code != ErrorCode.none:
+            return dict.fromkeys(offsets, code)
+        results: dict[TopicPartition, ErrorCode] = {}
+        values: dict[TopicPartition, OffsetValue] = {}
+        for tp, (offset, epoch, metadata) in offsets.items():
+            if metadata is not None and len(metadata.encode()) > self.metadata_max_bytes:
+                results[tp] = ErrorCode.offset_metadata_too_large
+                continue
+            values[tp] = OffsetValue(
+                offset=offset, leader_epoch=epoch, metadata=metadata or "", commit_timestamp=now
+            )
+        if values:
+            blob = persistence.offset_commit_batch(
+                group_id,
+                dict(values),
+                now,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+            )
+            code = await self._append(state, blob, transactional=True)
+            if code == ErrorCode.none and self._partitions.get(state.partition) is state:
+                state.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
+            for tp in values:
+                results[tp] = code
+        return results
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A marker of ``producer_id`` was written to ``__consumer_offsets-<partition>``:
+        its pending commits there become offsets (commit) or vanish (abort)."""
+        state = self._partitions.get(partition)
+        if state is None:
+            return
+        changed = persistence.complete_pending(state.offsets, state.pending, producer_id, commit)
+        if changed:
+            log.debug("transaction of producer %d committed offsets of %s", producer_id, changed)
+
+    def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
+        state = self._partitions.get(partition_for(group_id, self.num_partitions))
+        if state is None:
+            return False
+        return any(tp in groups.get(group_id, {}) for groups in state.pending.values())
+
     async def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None
+        self,
+        group_id: str,
+        partitions: list[TopicPartition] | None,
+        require_stable: bool = False,
     ) -> tuple[ErrorCode, dict[TopicPartition, tuple[int, int, str, ErrorCode]]]:
         error, state = self._partition_of(group_id)
         if state is None:
@@ -558,7 +642,9 @@ class GroupCoordinator:
         out: dict[TopicPartition, tuple[int, int, str, ErrorCode]] = {}
         for tp in wanted:
             value = committed.get(tp)
-            if value is None:
+            if require_stable and self.has_pending(group_id, tp):
+                out[tp] = (-1, -1, "", ErrorCode.unstable_offset_commit)
+            elif value is None:
                 out[tp] = (-1, -1, "", ErrorCode.none)
             else:
                 out[tp] = (value.offset, value.leader_epoch, value.metadata, ErrorCode.none)
