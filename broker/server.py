@@ -42,6 +42,7 @@ from broker.metadata.cache import MetadataCache
 from broker.network.client import BrokerConnection
 from broker.network.server import KafkaServer
 from broker.protocol import interbroker as _interbroker
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import KafkaError
 from broker.replication.replica_manager import ReplicaManager
 from broker.types import TopicPartition
@@ -291,7 +292,7 @@ class Broker:
                         try:
                             await conn.connect()
                             response = await conn.request(
-                                7,
+                                ApiKey.CONTROLLED_SHUTDOWN,
                                 3,
                                 ib.ControlledShutdownRequest(
                                     broker_id=self.broker_id,

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
 from broker.protocol import registry
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from broker.protocol import messages
 
 
 def build_response(version: int, error: ErrorCode = ErrorCode.none) -> Any:
-    cls = registry.response_class(18, version)
+    cls = registry.response_class(ApiKey.API_VERSIONS, version)
     api_cls = registry.nested(cls, "ApiVersion")
     keys = tuple(
         api_cls(api_key=key, min_version=lo, max_version=hi)
@@ -20,5 +24,7 @@ def build_response(version: int, error: ErrorCode = ErrorCode.none) -> Any:
     return registry.build(cls, error_code=error, api_keys=keys, throttle_time=datetime.timedelta(0))
 
 
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def handle(
+    ctx: RequestContext, request: messages.ApiVersionsRequest
+) -> messages.ApiVersionsResponse:
     return build_response(ctx.version)

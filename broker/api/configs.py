@@ -11,7 +11,7 @@ dynamically is not supported and answers INVALID_REQUEST.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
 from broker.config import (
@@ -21,6 +21,7 @@ from broker.config import (
     format_config_value,
 )
 from broker.protocol import registry
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 
 TOPIC = 2
@@ -29,6 +30,9 @@ SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+if TYPE_CHECKING:
+    from broker.protocol import messages
 
 
 def _describe_topic(
@@ -87,7 +91,6 @@ def _describe_topic(
                 value=format_config_value(effective.value_of(cname)),
                 read_only=False,
                 config_source=source,
-                is_default=source == SOURCE_DEFAULT,
                 is_sensitive=False,
                 synonyms=tuple(syns),
                 config_type=definition.type.value,
@@ -114,7 +117,6 @@ def _describe_broker(
                 value=None if value is None else format_config_value(value),
                 read_only=True,
                 config_source=source,
-                is_default=source == SOURCE_DEFAULT,
                 is_sensitive=False,
                 synonyms=(),
                 config_type=BROKER_CONFIGS[cname].type.value,
@@ -124,8 +126,10 @@ def _describe_broker(
     return out
 
 
-async def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(32, ctx.version)
+async def handle_describe_configs(
+    ctx: RequestContext, request: messages.DescribeConfigsRequest
+) -> messages.DescribeConfigsResponse:
+    cls = registry.response_class(ApiKey.DESCRIBE_CONFIGS, ctx.version)
     result_cls = registry.nested(cls, "DescribeConfigsResult")
     entry_cls = registry.nested(cls, "DescribeConfigsResourceResult")
     syn_cls = registry.nested(cls, "DescribeConfigsSynonym")
@@ -275,9 +279,13 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
     return registry.build(cls, throttle_time=datetime.timedelta(0), responses=tuple(out))
 
 
-async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
+async def handle_alter_configs(
+    ctx: RequestContext, request: messages.AlterConfigsRequest
+) -> messages.AlterConfigsResponse:
     return await _alter(ctx, request, incremental=False)
 
 
-async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+async def handle_incremental_alter_configs(
+    ctx: RequestContext, request: messages.IncrementalAlterConfigsRequest
+) -> messages.IncrementalAlterConfigsResponse:
     return await _alter(ctx, request, incremental=True)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from broker.coordinator.group.coordinator import GroupCoordinator
     from broker.coordinator.producer_ids import ProducerIdManager
     from broker.metadata.cache import MetadataCache
-    from broker.network.server import ConnectionInfo
+    from broker.protocol.response import ConnectionInfo
     from broker.replication.replica_manager import ReplicaManager
 
 

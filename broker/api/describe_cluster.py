@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker.api.context import RequestContext
 from broker.protocol import registry
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
 
 BROKER_ENDPOINT = 1
 
+if TYPE_CHECKING:
+    from broker.protocol import messages
 
-async def handle(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(60, ctx.version)
+
+async def handle(
+    ctx: RequestContext, request: messages.DescribeClusterRequest
+) -> messages.DescribeClusterResponse:
+    cls = registry.response_class(ApiKey.DESCRIBE_CLUSTER, ctx.version)
     broker_cls = registry.nested(cls, "DescribeClusterBroker")
     cache = ctx.services.metadata
     if int(getattr(request, "endpoint_type", BROKER_ENDPOINT)) != BROKER_ENDPOINT:
@@ -22,7 +28,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
             throttle_time=datetime.timedelta(0),
             error_code=ErrorCode.unsupported_endpoint_type,
             error_message="only broker endpoints are served",
-            endpoint_type=request.endpoint_type,
+            endpoint_type=getattr(request, "endpoint_type", BROKER_ENDPOINT),
             cluster_id=cache.cluster_id,
             controller_id=-1,
             brokers=(),

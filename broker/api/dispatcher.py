@@ -38,56 +38,56 @@ from broker.api import (
     topics,
 )
 from broker.api.context import BrokerServices, RequestContext
-from broker.network.server import CloseConnection, ConnectionInfo, Response
 from broker.protocol import registry
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import (
-    API_VERSIONS_KEY,
     InvalidRequestError,
     RequestHeader,
     parse_request_header,
     response_header,
     skip_tagged_fields,
 )
+from broker.protocol.response import CloseConnection, ConnectionInfo, Response
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 
-HANDLERS: dict[int, Handler] = {
-    0: produce.handle,
-    1: fetch.handle,
-    2: list_offsets.handle,
-    3: metadata.handle,
-    4: inter_broker.handle_leader_and_isr,
-    5: inter_broker.handle_stop_replica,
-    6: inter_broker.handle_update_metadata,
-    7: inter_broker.handle_controlled_shutdown,
-    8: offsets.handle_offset_commit,
-    9: offsets.handle_offset_fetch,
-    10: find_coordinator.handle,
-    11: groups.handle_join_group,
-    12: groups.handle_heartbeat,
-    13: groups.handle_leave_group,
-    14: groups.handle_sync_group,
-    15: groups.handle_describe_groups,
-    16: groups.handle_list_groups,
-    18: api_versions.handle,
-    19: topics.handle_create_topics,
-    20: topics.handle_delete_topics,
-    21: records_admin.handle_delete_records,
-    22: producer_id.handle_init_producer_id,
-    23: records_admin.handle_offset_for_leader_epoch,
-    32: configs.handle_describe_configs,
-    33: configs.handle_alter_configs,
-    37: topics.handle_create_partitions,
-    42: groups.handle_delete_groups,
-    43: elect_leaders.handle,
-    44: configs.handle_incremental_alter_configs,
-    45: reassignments.handle_alter_partition_reassignments,
-    46: reassignments.handle_list_partition_reassignments,
-    47: offsets.handle_offset_delete,
-    60: describe_cluster.handle,
+HANDLERS: dict[ApiKey, Handler] = {
+    ApiKey.PRODUCE: produce.handle,
+    ApiKey.FETCH: fetch.handle,
+    ApiKey.LIST_OFFSETS: list_offsets.handle,
+    ApiKey.METADATA: metadata.handle,
+    ApiKey.LEADER_AND_ISR: inter_broker.handle_leader_and_isr,
+    ApiKey.STOP_REPLICA: inter_broker.handle_stop_replica,
+    ApiKey.UPDATE_METADATA: inter_broker.handle_update_metadata,
+    ApiKey.CONTROLLED_SHUTDOWN: inter_broker.handle_controlled_shutdown,
+    ApiKey.OFFSET_COMMIT: offsets.handle_offset_commit,
+    ApiKey.OFFSET_FETCH: offsets.handle_offset_fetch,
+    ApiKey.FIND_COORDINATOR: find_coordinator.handle,
+    ApiKey.JOIN_GROUP: groups.handle_join_group,
+    ApiKey.HEARTBEAT: groups.handle_heartbeat,
+    ApiKey.LEAVE_GROUP: groups.handle_leave_group,
+    ApiKey.SYNC_GROUP: groups.handle_sync_group,
+    ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
+    ApiKey.LIST_GROUPS: groups.handle_list_groups,
+    ApiKey.API_VERSIONS: api_versions.handle,
+    ApiKey.CREATE_TOPICS: topics.handle_create_topics,
+    ApiKey.DELETE_TOPICS: topics.handle_delete_topics,
+    ApiKey.DELETE_RECORDS: records_admin.handle_delete_records,
+    ApiKey.INIT_PRODUCER_ID: producer_id.handle_init_producer_id,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: records_admin.handle_offset_for_leader_epoch,
+    ApiKey.DESCRIBE_CONFIGS: configs.handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: configs.handle_alter_configs,
+    ApiKey.CREATE_PARTITIONS: topics.handle_create_partitions,
+    ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
+    ApiKey.ELECT_LEADERS: elect_leaders.handle,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: configs.handle_incremental_alter_configs,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: reassignments.handle_alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignments.handle_list_partition_reassignments,
+    ApiKey.OFFSET_DELETE: offsets.handle_offset_delete,
+    ApiKey.DESCRIBE_CLUSTER: describe_cluster.handle,
 }
 assert set(HANDLERS) == set(registry.SUPPORTED_APIS), "registry and handlers disagree"
 
@@ -100,9 +100,11 @@ class Dispatcher:
         self._local = ConnectionInfo(peer="local", listener=local_listener, connection_id=-1)
 
     async def handle_local(self, api_key: int, version: int, request: Any) -> Any:
-        """Run a request from this broker's own controller without a socket."""
-        header = RequestHeader(api_key, version, 0, "controller")
-        return await HANDLERS[api_key](RequestContext(header, self._local, self.services), request)
+        """Run a request from this broker's own controller (or coordinators) without a
+        socket."""
+        header = RequestHeader(api_key, version, 0, "local")
+        handler = HANDLERS[ApiKey(api_key)]
+        return await handler(RequestContext(header, self._local, self.services), request)
 
     async def __call__(self, conn: ConnectionInfo, frame: bytes) -> Response | None:
         try:
@@ -118,15 +120,17 @@ class Dispatcher:
             request = registry.decode_request(api_key, version, frame, pos)
         except Exception as exc:
             raise CloseConnection(
-                f"malformed {registry.SUPPORTED_APIS[api_key][0]} v{version} request: {exc}"
+                f"malformed {registry.SUPPORTED_APIS[ApiKey(api_key)][0]} v{version} request: {exc}"
             ) from exc
         ctx = RequestContext(header, conn, self.services)
         try:
-            result = await HANDLERS[api_key](ctx, request)
+            result = await HANDLERS[ApiKey(api_key)](ctx, request)
         except CloseConnection:
             raise
         except Exception as exc:
-            log.exception("handler for %s v%d failed", registry.SUPPORTED_APIS[api_key][0], version)
+            log.exception(
+                "handler for %s v%d failed", registry.SUPPORTED_APIS[ApiKey(api_key)][0], version
+            )
             raise CloseConnection(f"internal error: {exc}") from exc
         if result is None:
             return None
@@ -139,11 +143,11 @@ class Dispatcher:
         return Response([hdr + body], len(hdr) + len(body))
 
     def _unsupported(self, correlation_id: int, api_key: int, version: int) -> Response:
-        if api_key == API_VERSIONS_KEY:
+        if api_key == ApiKey.API_VERSIONS:
             body = registry.encode(api_versions.build_response(0, ErrorCode.unsupported_version))
             hdr = response_header(correlation_id, False)
             return Response([hdr + body], len(hdr) + len(body))
-        if api_key in registry.SUPPORTED_APIS:
+        if api_key in ApiKey._value2member_map_ and ApiKey(api_key) in registry.SUPPORTED_APIS:
             try:
                 cls = registry.response_class(api_key, version)
             except Exception as exc:

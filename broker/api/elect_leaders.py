@@ -16,17 +16,20 @@ Concurrency: runs on the event loop; the controller serialises the elections.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
 from broker.protocol import registry
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.types import TopicPartition
 
-API_KEY = 43
 PREFERRED = 0
 UNCLEAN = 1
 ELECTION_TYPES = {PREFERRED: "PREFERRED", UNCLEAN: "UNCLEAN"}
+
+if TYPE_CHECKING:
+    from broker.protocol import messages
 
 
 def requested_partitions(request: Any) -> list[TopicPartition] | None:
@@ -41,9 +44,11 @@ def requested_partitions(request: Any) -> list[TopicPartition] | None:
     return list(seen)
 
 
-async def handle(ctx: RequestContext, request: Any) -> Any:
+async def handle(
+    ctx: RequestContext, request: messages.ElectLeadersRequest
+) -> messages.ElectLeadersResponse:
     version = ctx.version
-    cls = registry.response_class(API_KEY, version)
+    cls = registry.response_class(ApiKey.ELECT_LEADERS, version)
     topic_cls = registry.nested(cls, "ReplicaElectionResult")
     part_cls = registry.nested(cls, "PartitionResult")
     election_type = int(getattr(request, "election_type", PREFERRED))

@@ -23,15 +23,18 @@ Concurrency: runs on the event loop; a lookup may wait for the offsets topic's c
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker.api.context import RequestContext
 from broker.protocol import registry
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
 
-API_KEY = 10
 GROUP, TRANSACTION = 0, 1
 NO_NODE = (-1, "", -1)
+
+if TYPE_CHECKING:
+    from broker.protocol import messages
 
 
 async def lookup(
@@ -62,13 +65,16 @@ def _message(error: ErrorCode) -> str:
     return error.name.upper()
 
 
-async def handle(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(API_KEY, ctx.version)
+async def handle(
+    ctx: RequestContext, request: messages.FindCoordinatorRequest
+) -> messages.FindCoordinatorResponse:
+    cls = registry.response_class(ApiKey.FIND_COORDINATOR, ctx.version)
     key_type = int(getattr(request, "key_type", GROUP))
-    if ctx.version >= 4:
+    keys = getattr(request, "coordinator_keys", None)  # v4+: a batch of keys
+    if keys is not None:
         coordinator_cls = registry.nested(cls, "Coordinator")
         coordinators = []
-        for key in request.coordinator_keys:
+        for key in keys:
             error, message, node_id, host, port = await lookup(ctx, str(key), key_type)
             coordinators.append(
                 registry.build(
@@ -84,7 +90,9 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         return registry.build(
             cls, throttle_time=datetime.timedelta(0), coordinators=tuple(coordinators)
         )
-    error, message, node_id, host, port = await lookup(ctx, str(request.key), key_type)
+    error, message, node_id, host, port = await lookup(
+        ctx, str(getattr(request, "key", "")), key_type
+    )
     return registry.build(
         cls,
         throttle_time=datetime.timedelta(0),

@@ -33,15 +33,13 @@ responses in request order.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
 from broker.coordinator.group.group import MemberIdentity
 from broker.protocol import registry
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
-
-JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
-DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
 
 NO_THROTTLE = datetime.timedelta(0)
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
@@ -49,6 +47,9 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 # AclOperation codes READ (3), DELETE (6), DESCRIBE (8): what a group supports (Kafka's
 # AclEntry.supportedOperations(GROUP)); with no authorizer every one is allowed.
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+
+if TYPE_CHECKING:
+    from broker.protocol import messages
 
 
 def millis(value: datetime.timedelta) -> int:
@@ -66,16 +67,21 @@ def client_host(ctx: RequestContext) -> str:
 # --- JoinGroup -----------------------------------------------------------------------------
 
 
-async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+async def handle_join_group(
+    ctx: RequestContext, request: messages.JoinGroupRequest
+) -> messages.JoinGroupResponse:
     version = ctx.version
-    cls = registry.response_class(JOIN_GROUP, version)
+    cls = registry.response_class(ApiKey.JOIN_GROUP, version)
     member_cls = registry.nested(cls, "JoinGroupResponseMember")
     group_id = str(request.group_id)
     member_id = str(request.member_id)
     if not group_id:
         return _join_response(cls, version, error=ErrorCode.invalid_group_id, member_id=member_id)
     session_timeout_ms = millis(request.session_timeout)
-    rebalance_timeout_ms = millis(request.rebalance_timeout) if version >= 1 else session_timeout_ms
+    rebalance_timeout = getattr(request, "rebalance_timeout", None)  # v1+
+    rebalance_timeout_ms = (
+        millis(rebalance_timeout) if rebalance_timeout is not None else session_timeout_ms
+    )
     result = await ctx.services.group_coordinator.join_group(
         group_id,
         member_id=member_id,
@@ -144,9 +150,11 @@ def _join_response(
 # --- SyncGroup -----------------------------------------------------------------------------
 
 
-async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+async def handle_sync_group(
+    ctx: RequestContext, request: messages.SyncGroupRequest
+) -> messages.SyncGroupResponse:
     version = ctx.version
-    cls = registry.response_class(SYNC_GROUP, version)
+    cls = registry.response_class(ApiKey.SYNC_GROUP, version)
     group_id = str(request.group_id)
     protocol_type = getattr(request, "protocol_type", None)
     protocol_name = getattr(request, "protocol_name", None)
@@ -188,8 +196,10 @@ def _sync_response(
 # --- Heartbeat -----------------------------------------------------------------------------
 
 
-async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(HEARTBEAT, ctx.version)
+async def handle_heartbeat(
+    ctx: RequestContext, request: messages.HeartbeatRequest
+) -> messages.HeartbeatResponse:
+    cls = registry.response_class(ApiKey.HEARTBEAT, ctx.version)
     group_id = str(request.group_id)
     if not group_id:
         error = ErrorCode.invalid_group_id
@@ -206,16 +216,17 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
 # --- LeaveGroup ----------------------------------------------------------------------------
 
 
-async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+async def handle_leave_group(
+    ctx: RequestContext, request: messages.LeaveGroupRequest
+) -> messages.LeaveGroupResponse:
     version = ctx.version
-    cls = registry.response_class(LEAVE_GROUP, version)
+    cls = registry.response_class(ApiKey.LEAVE_GROUP, version)
     group_id = str(request.group_id)
-    if version >= 3:
-        identities = [
-            MemberIdentity(str(m.member_id), m.group_instance_id) for m in request.members
-        ]
+    members = getattr(request, "members", None)  # v3+: a batch of members
+    if members is not None:
+        identities = [MemberIdentity(str(m.member_id), m.group_instance_id) for m in members]
     else:
-        identities = [MemberIdentity(str(request.member_id))]
+        identities = [MemberIdentity(str(getattr(request, "member_id", "")))]
     if not group_id:
         return registry.build(
             cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_group_id, members=()
@@ -248,9 +259,11 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
 # --- ListGroups ----------------------------------------------------------------------------
 
 
-async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+async def handle_list_groups(
+    ctx: RequestContext, request: messages.ListGroupsRequest
+) -> messages.ListGroupsResponse:
     version = ctx.version
-    cls = registry.response_class(LIST_GROUPS, version)
+    cls = registry.response_class(ApiKey.LIST_GROUPS, version)
     group_cls = registry.nested(cls, "ListedGroup")
     states = [str(s) for s in getattr(request, "states_filter", ())]
     types = {str(t).lower() for t in getattr(request, "types_filter", ())}
@@ -276,8 +289,10 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
 # --- DescribeGroups ------------------------------------------------------------------------
 
 
-async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(DESCRIBE_GROUPS, ctx.version)
+async def handle_describe_groups(
+    ctx: RequestContext, request: messages.DescribeGroupsRequest
+) -> messages.DescribeGroupsResponse:
+    cls = registry.response_class(ApiKey.DESCRIBE_GROUPS, ctx.version)
     group_cls = registry.nested(cls, "DescribedGroup")
     member_cls = registry.nested(cls, "DescribedGroupMember")
     operations = (
@@ -333,8 +348,10 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
 # --- DeleteGroups --------------------------------------------------------------------------
 
 
-async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(DELETE_GROUPS, ctx.version)
+async def handle_delete_groups(
+    ctx: RequestContext, request: messages.DeleteGroupsRequest
+) -> messages.DeleteGroupsResponse:
+    cls = registry.response_class(ApiKey.DELETE_GROUPS, ctx.version)
     result_cls = registry.nested(cls, "DeletableGroupResult")
     group_ids = list(dict.fromkeys(str(g) for g in request.groups_names))  # keyed by group id
     results = await ctx.services.group_coordinator.delete_groups(group_ids) if group_ids else {}

@@ -17,7 +17,7 @@ them on its connection.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
 from broker.metadata.cache import BrokerInfo, PartitionInfo
@@ -32,8 +32,13 @@ ib: Any = _interbroker
 
 LEADER_DURING_DELETE = -2
 
+if TYPE_CHECKING:
+    from broker.protocol import messages
 
-async def handle_leader_and_isr(ctx: RequestContext, request: Any) -> Any:
+
+async def handle_leader_and_isr(
+    ctx: RequestContext, request: messages.LeaderAndIsrRequest
+) -> messages.LeaderAndIsrResponse:
     services = ctx.services
     rm = services.replica_manager
     specs: list[PartitionStateSpec] = []
@@ -76,7 +81,9 @@ async def handle_leader_and_isr(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_stop_replica(ctx: RequestContext, request: Any) -> Any:
+async def handle_stop_replica(
+    ctx: RequestContext, request: messages.StopReplicaRequest
+) -> messages.StopReplicaResponse:
     rm = ctx.services.replica_manager
     wanted = [
         (TopicPartition(str(t.topic_name), int(p.partition_index)), bool(p.delete_partition))
@@ -99,7 +106,9 @@ async def handle_stop_replica(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-async def handle_update_metadata(ctx: RequestContext, request: Any) -> Any:
+async def handle_update_metadata(
+    ctx: RequestContext, request: messages.UpdateMetadataRequest
+) -> messages.UpdateMetadataResponse:
     services = ctx.services
     rm = services.replica_manager
     if not rm.check_controller_epoch(int(request.controller_epoch)):
@@ -142,7 +151,9 @@ async def handle_update_metadata(ctx: RequestContext, request: Any) -> Any:
     return ib.UpdateMetadataResponse(error_code=ErrorCode.none)
 
 
-async def handle_controlled_shutdown(ctx: RequestContext, request: Any) -> Any:
+async def handle_controlled_shutdown(
+    ctx: RequestContext, request: messages.ControlledShutdownRequest
+) -> messages.ControlledShutdownResponse:
     try:
         remaining = await ctx.services.controller.controlled_shutdown(
             int(request.broker_id), int(request.broker_epoch)

@@ -9,20 +9,26 @@ or a v1+ request with a null list, asks for every topic.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker.api.context import RequestContext
 from broker.controller.topic_admin import validate_topic_name
 from broker.metadata.cache import TopicInfo
 from broker.protocol import registry
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 
+if TYPE_CHECKING:
+    from broker.protocol import messages
 
-async def handle(ctx: RequestContext, request: Any) -> Any:
+
+async def handle(
+    ctx: RequestContext, request: messages.MetadataRequest
+) -> messages.MetadataResponse:
     services = ctx.services
     cache = services.metadata
     version = ctx.version
-    cls = registry.response_class(3, version)
+    cls = registry.response_class(ApiKey.METADATA, version)
     broker_cls = registry.nested(cls, "MetadataResponseBroker")
     topic_cls = registry.nested(cls, "MetadataResponseTopic")
     part_cls = registry.nested(cls, "MetadataResponsePartition")
@@ -31,16 +37,17 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     all_topics = requested is None or (version == 0 and len(requested) == 0)
     errors: dict[str, ErrorCode] = {}
     names: list[str] = []
-    if all_topics:
+    if all_topics or requested is None:
         names = [t.name for t in cache.topics()]
     else:
         for t in requested:
-            name = t.name
-            if name is None and getattr(t, "topic_id", None) is not None:
-                by_id = cache.topic_by_id(t.topic_id)
+            name: str | None = t.name
+            topic_id = getattr(t, "topic_id", None)
+            if name is None and topic_id is not None:
+                by_id = cache.topic_by_id(topic_id)
                 name = by_id.name if by_id else None
             if name is not None:
-                names.append(name)
+                names.append(str(name))
         allow_auto = getattr(request, "allow_auto_topic_creation", True)
         missing = [n for n in names if cache.topic(n) is None]
         if missing and allow_auto and services.config["auto.create.topics.enable"]:
@@ -70,14 +77,14 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
                         errors[name] = exc.code
 
     topics = []
-    for name in names:
-        info: TopicInfo | None = cache.topic(name)
+    for topic_name in names:
+        info: TopicInfo | None = cache.topic(topic_name)
         if info is None:
             topics.append(
                 registry.build(
                     topic_cls,
-                    error_code=errors.get(name, ErrorCode.unknown_topic_or_partition),
-                    name=name,
+                    error_code=errors.get(topic_name, ErrorCode.unknown_topic_or_partition),
+                    name=topic_name,
                     topic_id=None,
                     is_internal=False,
                     partitions=(),
@@ -101,8 +108,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
         topics.append(
             registry.build(
                 topic_cls,
-                error_code=errors.get(name, ErrorCode.none),
-                name=name,
+                error_code=errors.get(topic_name, ErrorCode.none),
+                name=topic_name,
                 topic_id=info.topic_id,
                 is_internal=info.internal,
                 partitions=partitions,

@@ -27,18 +27,23 @@ Concurrency: runs on the event loop; a commit waits for the offsets partition's 
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.offset_fetch.v8.request import OffsetFetchRequest as OffsetFetchRequestV8
 
 from broker.api.context import RequestContext
 from broker.protocol import registry
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.types import TopicPartition
 
-OFFSET_COMMIT, OFFSET_FETCH, OFFSET_DELETE = 8, 9, 47
 NO_THROTTLE = datetime.timedelta(0)
 NO_OFFSET = -1
 NO_EPOCH = -1
 NO_METADATA = ""
+
+if TYPE_CHECKING:
+    from broker.protocol import messages
 
 
 def _by_topic(
@@ -58,9 +63,11 @@ def _by_topic(
 # --- OffsetCommit --------------------------------------------------------------------------
 
 
-async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+async def handle_offset_commit(
+    ctx: RequestContext, request: messages.OffsetCommitRequest
+) -> messages.OffsetCommitResponse:
     version = ctx.version
-    cls = registry.response_class(OFFSET_COMMIT, version)
+    cls = registry.response_class(ApiKey.OFFSET_COMMIT, version)
     topic_cls = registry.nested(cls, "OffsetCommitResponseTopic")
     part_cls = registry.nested(cls, "OffsetCommitResponsePartition")
     cache = ctx.services.metadata
@@ -155,10 +162,12 @@ async def _fetch_group(
     return error, topics
 
 
-async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+async def handle_offset_fetch(
+    ctx: RequestContext, request: messages.OffsetFetchRequest
+) -> messages.OffsetFetchResponse:
     version = ctx.version
-    cls = registry.response_class(OFFSET_FETCH, version)
-    if version >= 8:
+    cls = registry.response_class(ApiKey.OFFSET_FETCH, version)
+    if isinstance(request, OffsetFetchRequestV8):
         group_cls = registry.nested(cls, "OffsetFetchResponseGroup")
         topic_cls = registry.nested(cls, "OffsetFetchResponseTopics")
         part_cls = registry.nested(cls, "OffsetFetchResponsePartitions")
@@ -182,8 +191,10 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
 # --- OffsetDelete --------------------------------------------------------------------------
 
 
-async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(OFFSET_DELETE, ctx.version)
+async def handle_offset_delete(
+    ctx: RequestContext, request: messages.OffsetDeleteRequest
+) -> messages.OffsetDeleteResponse:
+    cls = registry.response_class(ApiKey.OFFSET_DELETE, ctx.version)
     topic_cls = registry.nested(cls, "OffsetDeleteResponseTopic")
     part_cls = registry.nested(cls, "OffsetDeleteResponsePartition")
     cache = ctx.services.metadata

@@ -10,18 +10,24 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients treat as fatal rather than 
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
 from broker.protocol import registry
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.replication.replica_manager import ProduceResult
 from broker.types import TopicPartition
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
+if TYPE_CHECKING:
+    from broker.protocol import messages
 
-async def handle(ctx: RequestContext, request: Any) -> Any:
+
+async def handle(
+    ctx: RequestContext, request: messages.ProduceRequest
+) -> messages.ProduceResponse | None:
     acks = int(request.acks)
     entries: dict[TopicPartition, bytes | None] = {}
     results: dict[TopicPartition, ProduceResult] = {}
@@ -50,7 +56,7 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
 
 
 def build_response(version: int, request: Any, results: dict[TopicPartition, ProduceResult]) -> Any:
-    cls = registry.response_class(0, version)
+    cls = registry.response_class(ApiKey.PRODUCE, version)
     topic_cls = registry.nested(cls, "TopicProduceResponse")
     part_cls = registry.nested(cls, "PartitionProduceResponse")
     topics = []

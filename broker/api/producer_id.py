@@ -5,15 +5,21 @@ refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED until the transactions issue 
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker.api.context import RequestContext
 from broker.protocol import registry
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 
+if TYPE_CHECKING:
+    from broker.protocol import messages
 
-async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(22, ctx.version)
+
+async def handle_init_producer_id(
+    ctx: RequestContext, request: messages.InitProducerIdRequest
+) -> messages.InitProducerIdResponse:
+    cls = registry.response_class(ApiKey.INIT_PRODUCER_ID, ctx.version)
     if request.transactional_id is not None:
         return registry.build(
             cls,

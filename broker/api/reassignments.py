@@ -25,17 +25,18 @@ Concurrency: runs on the event loop; the controller serialises the changes.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
 from broker.protocol import registry
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.types import TopicPartition
 
-ALTER_KEY = 45
-LIST_KEY = 46
-
 Result = tuple[ErrorCode, str | None]
+
+if TYPE_CHECKING:
+    from broker.protocol import messages
 
 
 def _check_target(
@@ -71,8 +72,10 @@ def _check_target(
     return None
 
 
-async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(ALTER_KEY, ctx.version)
+async def handle_alter_partition_reassignments(
+    ctx: RequestContext, request: messages.AlterPartitionReassignmentsRequest
+) -> messages.AlterPartitionReassignmentsResponse:
+    cls = registry.response_class(ApiKey.ALTER_PARTITION_REASSIGNMENTS, ctx.version)
     topic_cls = registry.nested(cls, "ReassignableTopicResponse")
     part_cls = registry.nested(cls, "ReassignablePartitionResponse")
     allow_rf_change = bool(getattr(request, "allow_replication_factor_change", True))
@@ -136,8 +139,10 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, request: Any
     )
 
 
-async def handle_list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(LIST_KEY, ctx.version)
+async def handle_list_partition_reassignments(
+    ctx: RequestContext, request: messages.ListPartitionReassignmentsRequest
+) -> messages.ListPartitionReassignmentsResponse:
+    cls = registry.response_class(ApiKey.LIST_PARTITION_REASSIGNMENTS, ctx.version)
     topic_cls = registry.nested(cls, "OngoingTopicReassignment")
     part_cls = registry.nested(cls, "OngoingPartitionReassignment")
     partitions: list[TopicPartition] | None = None

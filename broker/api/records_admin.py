@@ -9,80 +9,76 @@ larger epoch, or the log end offset for the current one), as KIP-101/KIP-279 def
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
+from broker.api.responses import per_partition
 from broker.protocol import registry
-from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.api_keys import ApiKey
+from broker.protocol.errors import ErrorCode
 from broker.types import TopicPartition
 
+if TYPE_CHECKING:
+    from broker.protocol import messages
 
-async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(21, ctx.version)
-    topic_cls = registry.nested(cls, "DeleteRecordsTopicResult")
-    part_cls = registry.nested(cls, "DeleteRecordsPartitionResult")
+
+async def handle_delete_records(
+    ctx: RequestContext, request: messages.DeleteRecordsRequest
+) -> messages.DeleteRecordsResponse:
+    cls = registry.response_class(ApiKey.DELETE_RECORDS, ctx.version)
     rm = ctx.services.replica_manager
-    topics = []
-    for t in request.topics:
-        parts = []
-        for p in t.partitions:
-            try:
-                low = rm.delete_records(
-                    TopicPartition(t.name, int(p.partition_index)), int(p.offset)
-                )
-                parts.append(
-                    registry.build(
-                        part_cls,
-                        partition_index=p.partition_index,
-                        low_watermark=low,
-                        error_code=ErrorCode.none,
-                    )
-                )
-            except KafkaError as exc:
-                parts.append(
-                    registry.build(
-                        part_cls,
-                        partition_index=p.partition_index,
-                        low_watermark=-1,
-                        error_code=exc.code,
-                    )
-                )
-        topics.append(registry.build(topic_cls, name=t.name, partitions=tuple(parts)))
-    return registry.build(cls, throttle_time=datetime.timedelta(0), topics=tuple(topics))
+    targets = {
+        TopicPartition(t.name, int(p.partition_index)): int(p.offset)
+        for t in request.topics
+        for p in t.partitions
+    }
+
+    def answer(tp: TopicPartition) -> dict[str, Any]:
+        low = rm.delete_records(tp, targets[tp])
+        return {"low_watermark": low, "error_code": ErrorCode.none}
+
+    def on_error(_tp: TopicPartition, code: ErrorCode) -> dict[str, Any]:
+        return {"low_watermark": -1, "error_code": code}
+
+    topics = per_partition(
+        ((t.name, (p.partition_index for p in t.partitions)) for t in request.topics),
+        answer,
+        on_error,
+        topic_cls=registry.nested(cls, "DeleteRecordsTopicResult"),
+        part_cls=registry.nested(cls, "DeleteRecordsPartitionResult"),
+    )
+    return registry.build(cls, throttle_time=datetime.timedelta(0), topics=topics)
 
 
-async def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(23, ctx.version)
-    topic_cls = registry.nested(cls, "OffsetForLeaderTopicResult")
-    part_cls = registry.nested(cls, "EpochEndOffset")
+async def handle_offset_for_leader_epoch(
+    ctx: RequestContext, request: messages.OffsetForLeaderEpochRequest
+) -> messages.OffsetForLeaderEpochResponse:
+    cls = registry.response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.version)
     rm = ctx.services.replica_manager
-    topics = []
-    for t in request.topics:
-        parts = []
-        for p in t.partitions:
-            tp = TopicPartition(t.topic, int(p.partition))
-            try:
-                epoch, end = rm.end_offset_for_epoch(
-                    tp, int(p.leader_epoch), current_leader_epoch=int(p.current_leader_epoch)
-                )
-                parts.append(
-                    registry.build(
-                        part_cls,
-                        error_code=ErrorCode.none,
-                        partition=p.partition,
-                        leader_epoch=epoch,
-                        end_offset=end,
-                    )
-                )
-            except KafkaError as exc:
-                parts.append(
-                    registry.build(
-                        part_cls,
-                        error_code=exc.code,
-                        partition=p.partition,
-                        leader_epoch=-1,
-                        end_offset=-1,
-                    )
-                )
-        topics.append(registry.build(topic_cls, topic=t.topic, partitions=tuple(parts)))
-    return registry.build(cls, throttle_time=datetime.timedelta(0), topics=tuple(topics))
+    wanted = {
+        TopicPartition(t.topic, int(p.partition)): (
+            int(p.leader_epoch),
+            int(p.current_leader_epoch),
+        )
+        for t in request.topics
+        for p in t.partitions
+    }
+
+    def answer(tp: TopicPartition) -> dict[str, Any]:
+        leader_epoch, current = wanted[tp]
+        epoch, end = rm.end_offset_for_epoch(tp, leader_epoch, current_leader_epoch=current)
+        return {"error_code": ErrorCode.none, "leader_epoch": epoch, "end_offset": end}
+
+    def on_error(_tp: TopicPartition, code: ErrorCode) -> dict[str, Any]:
+        return {"error_code": code, "leader_epoch": -1, "end_offset": -1}
+
+    topics = per_partition(
+        ((t.topic, (p.partition for p in t.partitions)) for t in request.topics),
+        answer,
+        on_error,
+        topic_cls=registry.nested(cls, "OffsetForLeaderTopicResult"),
+        part_cls=registry.nested(cls, "EpochEndOffset"),
+        topic_key="topic",
+        partition_key="partition",
+    )
+    return registry.build(cls, throttle_time=datetime.timedelta(0), topics=topics)

@@ -4,16 +4,22 @@ the controller (which writes ZooKeeper and brings partitions online)."""
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
 from broker.config import TOPIC_CONFIGS, format_config_value
 from broker.protocol import registry
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 
+if TYPE_CHECKING:
+    from broker.protocol import messages
 
-async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(19, ctx.version)
+
+async def handle_create_topics(
+    ctx: RequestContext, request: messages.CreateTopicsRequest
+) -> messages.CreateTopicsResponse:
+    cls = registry.response_class(ApiKey.CREATE_TOPICS, ctx.version)
     result_cls = registry.nested(cls, "CreatableTopicResult")
     config_cls = registry.nested_optional(cls, "CreatableTopicConfigs")
     controller = ctx.services.controller
@@ -82,15 +88,18 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     return registry.build(cls, throttle_time=datetime.timedelta(0), topics=tuple(results))
 
 
-async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(20, ctx.version)
+async def handle_delete_topics(
+    ctx: RequestContext, request: messages.DeleteTopicsRequest
+) -> messages.DeleteTopicsResponse:
+    cls = registry.response_class(ApiKey.DELETE_TOPICS, ctx.version)
     result_cls = registry.nested(cls, "DeletableTopicResult")
     controller = ctx.services.controller
     cache = ctx.services.metadata
-    if ctx.version >= 6:
-        entries = [(t.name, t.topic_id) for t in request.topics]
+    topic_states = getattr(request, "topics", None)  # v6+: names or topic ids
+    if topic_states is not None:
+        entries = [(t.name, t.topic_id) for t in topic_states]
     else:
-        entries = [(name, None) for name in request.topic_names]
+        entries = [(name, None) for name in getattr(request, "topic_names", ())]
     results = []
     for given_name, topic_id in entries:
         name = given_name
@@ -124,8 +133,10 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     return registry.build(cls, throttle_time=datetime.timedelta(0), responses=tuple(results))
 
 
-async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
-    cls = registry.response_class(37, ctx.version)
+async def handle_create_partitions(
+    ctx: RequestContext, request: messages.CreatePartitionsRequest
+) -> messages.CreatePartitionsResponse:
+    cls = registry.response_class(ApiKey.CREATE_PARTITIONS, ctx.version)
     result_cls = registry.nested(cls, "CreatePartitionsTopicResult")
     controller = ctx.services.controller
     results = []

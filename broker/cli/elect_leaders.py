@@ -38,10 +38,11 @@ from broker.cli.common import (
     read_text_file,
 )
 from broker.cli.reassign import ClusterClient, error_text
+from broker.protocol.api_keys import ApiKey
 from broker.types import TopicPartition
 
 _PROG = "millrace elect-leaders"
-ELECT_KEY, ELECT_VERSION = 43, 2
+ELECT_KEY, ELECT_VERSION = ApiKey.ELECT_LEADERS, 2
 ELECTION_TYPES = {"PREFERRED": 0, "UNCLEAN": 1}
 ELECTION_NOT_NEEDED = 84  # ErrorCode.election_not_needed
 

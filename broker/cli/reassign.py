@@ -48,12 +48,13 @@ from broker.cli.common import (
     ids_text,
     read_text_file,
 )
+from broker.protocol.api_keys import ApiKey
 from broker.types import TopicPartition
 
 _PROG = "millrace reassign"
-METADATA_KEY, METADATA_VERSION = 3, 12
-ALTER_KEY, ALTER_VERSION = 45, 0
-LIST_KEY, LIST_VERSION = 46, 0
+METADATA_KEY, METADATA_VERSION = ApiKey.METADATA, 12
+ALTER_KEY, ALTER_VERSION = ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0
+LIST_KEY, LIST_VERSION = ApiKey.LIST_PARTITION_REASSIGNMENTS, 0
 NOT_CONTROLLER = 41  # ErrorCode.not_controller
 
 Assignment = dict[TopicPartition, list[int]]

@@ -33,15 +33,16 @@ from typing import Any
 
 from broker.cli.common import CliError, add_connection_options, bootstrap_servers, guard
 from broker.cli.reassign import ClusterClient
+from broker.protocol.api_keys import ApiKey
 from broker.types import TopicPartition
 
 _PROG = "millrace transactions"
-METADATA = (3, 9)
-FIND_COORDINATOR = (10, 3)
-WRITE_TXN_MARKERS = (27, 1)
-DESCRIBE_PRODUCERS = (61, 0)
-DESCRIBE_TRANSACTIONS = (65, 0)
-LIST_TRANSACTIONS = (66, 1)
+METADATA = (ApiKey.METADATA, 9)
+FIND_COORDINATOR = (ApiKey.FIND_COORDINATOR, 3)
+WRITE_TXN_MARKERS = (ApiKey.WRITE_TXN_MARKERS, 1)
+DESCRIBE_PRODUCERS = (ApiKey.DESCRIBE_PRODUCERS, 0)
+DESCRIBE_TRANSACTIONS = (ApiKey.DESCRIBE_TRANSACTIONS, 0)
+LIST_TRANSACTIONS = (ApiKey.LIST_TRANSACTIONS, 1)
 TRANSACTION_KEY_TYPE = 1
 
 LIST_HEADERS = ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]

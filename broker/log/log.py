@@ -425,6 +425,23 @@ class Log:
     def recovery_point(self) -> int:
         return self._recovery_point
 
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The LSO: the first offset of the earliest open (or not yet replicated)
+        transaction, bounded by ``high_watermark`` (KIP-98)."""
+        first_unstable = self.producer_state.first_unstable_offset
+        return high_watermark if first_unstable is None else min(first_unstable, high_watermark)
+
+    def collect_aborted_transactions(self, start: int, upper: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of every aborted transaction overlapping
+        ``[start, upper)``, from the segments' ``.txnindex`` files, oldest first."""
+        out: list[tuple[int, int]] = []
+        for i in range(self._segment_index(start), len(self._segments)):
+            found, complete = self._segments[i].txn_index.collect(start, upper)
+            out.extend((t.producer_id, t.first_offset) for t in found)
+            if complete:
+                break
+        return out
+
     @property
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self._segments)

@@ -43,6 +43,7 @@ import crc32c
 from broker.log.errors import CorruptIndexError, KafkaStorageError
 from broker.log.offset_index import OffsetIndex
 from broker.log.time_index import NO_TIMESTAMP, TimeIndex
+from broker.log.transaction_index import TransactionIndex
 from broker.protocol.records import (
     ATTRIBUTES_OFFSET,
     HEADER,
@@ -198,6 +199,7 @@ class LogSegment:
         self.time_index = TimeIndex(
             segment_file(directory, base_offset, TIMEINDEX_SUFFIX), base_offset
         )
+        self.txn_index = TransactionIndex(segment_file(directory, base_offset, TXNINDEX_SUFFIX))
         self.size = os.fstat(self._fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
@@ -356,6 +358,7 @@ class LogSegment:
         self.offset_index.reset()
         self.time_index.open_for_append(max_index_size)
         self.time_index.reset()
+        self.txn_index.reset()  # rebuilt from the markers by the producer-state replay
         self.active = True
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = self.base_offset
@@ -606,6 +609,7 @@ class LogSegment:
         header = self.find_batch(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         if not self.active:
             self.offset_index.open_for_append(max_index_size)
             self.time_index.open_for_append(max_index_size)
@@ -665,6 +669,7 @@ class LogSegment:
             raise
         for path in (self.offset_index.path, self.time_index.path):
             _fsync_path(path)
+        self.txn_index.flush()
         self._synced = writes
 
     def close(self) -> None:
@@ -673,6 +678,7 @@ class LogSegment:
             return
         self.on_become_inactive()
         self.flush()
+        self.txn_index.close()
         self._file.close()
         self.closed = True
 
@@ -680,6 +686,7 @@ class LogSegment:
         """Close every file without writing anything (abandoning the segment)."""
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         if not self._file.closed:
             self._file.close()
         self.closed = True
@@ -694,6 +701,7 @@ class LogSegment:
         open for readers); returns the new paths."""
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         renamed: list[Path] = []
         for path in self.all_paths():
             target = path.with_name(path.name + DELETED_SUFFIX)

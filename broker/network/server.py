@@ -28,34 +28,14 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from broker.protocol.framing import size_prefix
+from broker.protocol.response import Chunk, CloseConnection, ConnectionInfo, FileRegion, Response
+
+__all__ = ["Chunk", "CloseConnection", "ConnectionInfo", "FileRegion", "KafkaServer", "Response"]
 
 log = logging.getLogger(__name__)
-
-
-class FileRegion(Protocol):
-    @property
-    def file(self) -> Any: ...
-
-    @property
-    def position(self) -> int: ...
-
-    @property
-    def size(self) -> int: ...
-
-
-Chunk = bytes | FileRegion
-
-
-@dataclass(slots=True)
-class Response:
-    """A response as chunks; ``size`` is the total bytes after the 4-byte size prefix."""
-
-    chunks: list[Chunk]
-    size: int
 
 
 class _RegionFile:
@@ -92,20 +72,6 @@ class _Inflight:
 
     def __init__(self) -> None:
         self.count = 0
-
-
-class CloseConnection(Exception):
-    """Raised by a handler to close the connection (malformed or unacceptable request)."""
-
-
-@dataclass(slots=True)
-class ConnectionInfo:
-    """What handlers may know about the connection a request arrived on."""
-
-    peer: str
-    listener: str
-    connection_id: int
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # A request handler takes the connection and the whole request frame and returns the

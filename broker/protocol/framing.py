@@ -20,7 +20,6 @@ from broker.protocol.errors import ErrorCode, KafkaError
 
 _HEADER = struct.Struct(">hhih")
 _I32 = struct.Struct(">i")
-API_VERSIONS_KEY = 18
 
 
 class InvalidRequestError(KafkaError):

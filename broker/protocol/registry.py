@@ -25,50 +25,52 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from broker.protocol import interbroker
-from broker.protocol.framing import API_VERSIONS_KEY
+from broker.protocol.api_keys import ApiKey
 
 T = TypeVar("T")
 
-# api_key -> (name, min_version, max_version)
-SUPPORTED_APIS: dict[int, tuple[str, int, int]] = {
-    0: ("Produce", 3, 9),
-    1: ("Fetch", 4, 12),
-    2: ("ListOffsets", 1, 7),
-    3: ("Metadata", 0, 12),
-    4: ("LeaderAndIsr", 5, 5),
-    5: ("StopReplica", 3, 3),
-    6: ("UpdateMetadata", 7, 7),
-    7: ("ControlledShutdown", 3, 3),
-    8: ("OffsetCommit", 2, 8),
-    9: ("OffsetFetch", 1, 8),
-    10: ("FindCoordinator", 0, 4),
-    11: ("JoinGroup", 0, 9),
-    12: ("Heartbeat", 0, 4),
-    13: ("LeaveGroup", 0, 5),
-    14: ("SyncGroup", 0, 5),
-    15: ("DescribeGroups", 0, 5),
-    16: ("ListGroups", 0, 5),
-    18: ("ApiVersions", 0, 3),
-    19: ("CreateTopics", 2, 7),
-    20: ("DeleteTopics", 1, 6),
-    21: ("DeleteRecords", 0, 2),
-    22: ("InitProducerId", 0, 4),
-    23: ("OffsetForLeaderEpoch", 2, 4),
-    32: ("DescribeConfigs", 1, 4),
-    33: ("AlterConfigs", 0, 2),
-    37: ("CreatePartitions", 0, 3),
-    42: ("DeleteGroups", 0, 2),
-    43: ("ElectLeaders", 0, 2),
-    44: ("IncrementalAlterConfigs", 0, 1),
-    45: ("AlterPartitionReassignments", 0, 1),
-    46: ("ListPartitionReassignments", 0, 0),
-    47: ("OffsetDelete", 0, 0),
-    60: ("DescribeCluster", 0, 1),
+# api key -> (name, min_version, max_version)
+SUPPORTED_APIS: dict[ApiKey, tuple[str, int, int]] = {
+    ApiKey.PRODUCE: ("Produce", 3, 9),
+    ApiKey.FETCH: ("Fetch", 4, 12),
+    ApiKey.LIST_OFFSETS: ("ListOffsets", 1, 7),
+    ApiKey.METADATA: ("Metadata", 0, 12),
+    ApiKey.LEADER_AND_ISR: ("LeaderAndIsr", 5, 5),
+    ApiKey.STOP_REPLICA: ("StopReplica", 3, 3),
+    ApiKey.UPDATE_METADATA: ("UpdateMetadata", 7, 7),
+    ApiKey.CONTROLLED_SHUTDOWN: ("ControlledShutdown", 3, 3),
+    ApiKey.OFFSET_COMMIT: ("OffsetCommit", 2, 8),
+    ApiKey.OFFSET_FETCH: ("OffsetFetch", 1, 8),
+    ApiKey.FIND_COORDINATOR: ("FindCoordinator", 0, 4),
+    ApiKey.JOIN_GROUP: ("JoinGroup", 0, 9),
+    ApiKey.HEARTBEAT: ("Heartbeat", 0, 4),
+    ApiKey.LEAVE_GROUP: ("LeaveGroup", 0, 5),
+    ApiKey.SYNC_GROUP: ("SyncGroup", 0, 5),
+    ApiKey.DESCRIBE_GROUPS: ("DescribeGroups", 0, 5),
+    ApiKey.LIST_GROUPS: ("ListGroups", 0, 5),
+    ApiKey.API_VERSIONS: ("ApiVersions", 0, 3),
+    ApiKey.CREATE_TOPICS: ("CreateTopics", 2, 7),
+    ApiKey.DELETE_TOPICS: ("DeleteTopics", 1, 6),
+    ApiKey.DELETE_RECORDS: ("DeleteRecords", 0, 2),
+    ApiKey.INIT_PRODUCER_ID: ("InitProducerId", 0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: ("OffsetForLeaderEpoch", 2, 4),
+    ApiKey.DESCRIBE_CONFIGS: ("DescribeConfigs", 1, 4),
+    ApiKey.ALTER_CONFIGS: ("AlterConfigs", 0, 2),
+    ApiKey.CREATE_PARTITIONS: ("CreatePartitions", 0, 3),
+    ApiKey.DELETE_GROUPS: ("DeleteGroups", 0, 2),
+    ApiKey.ELECT_LEADERS: ("ElectLeaders", 0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: ("IncrementalAlterConfigs", 0, 1),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: ("AlterPartitionReassignments", 0, 1),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: ("ListPartitionReassignments", 0, 0),
+    ApiKey.OFFSET_DELETE: ("OffsetDelete", 0, 0),
+    ApiKey.DESCRIBE_CLUSTER: ("DescribeCluster", 0, 1),
 }
 
 
 def is_supported(api_key: int, version: int) -> bool:
-    entry = SUPPORTED_APIS.get(api_key)
+    if api_key not in ApiKey._value2member_map_:
+        return False
+    entry = SUPPORTED_APIS.get(ApiKey(api_key))
     return entry is not None and entry[1] <= version <= entry[2]
 
 
@@ -101,7 +103,7 @@ def is_flexible(api_key: int, version: int) -> bool:
 
 def response_uses_flexible_header(api_key: int, version: int) -> bool:
     """ApiVersions responses always use header v0 (KIP-511)."""
-    if api_key == API_VERSIONS_KEY:
+    if api_key == ApiKey.API_VERSIONS:
         return False
     return bool(response_class(api_key, version).__flexible__)
 
@@ -155,7 +157,53 @@ def nested_optional(cls: type[Any], name: str) -> type[Any] | None:
     return found if isinstance(found, type) else None
 
 
+_ANY_FIELDS: dict[Any, frozenset[str]] = {}
+
+
+def _any_version_field_names(cls: type[Any]) -> frozenset[str]:
+    """The field names of the message ``cls`` (same class name) in every version kio knows of
+    its API: ``kio.schema.<api>.v<N>.(request|response)``."""
+    cached = _ANY_FIELDS.get(cls)
+    if cached is not None:
+        return cached
+    module = cls.__module__  # e.g. kio.schema.produce.v9.response
+    parts = module.split(".")
+    names = set(_field_names(cls))
+    if len(parts) >= 5 and parts[0] == "kio" and parts[3].startswith("v"):
+        package = sys.modules.get(".".join(parts[:3]))
+        base = ".".join(parts[:3])
+        directory = getattr(package, "__path__", None)
+        if directory is not None:
+            import importlib
+            import pkgutil
+
+            for info in pkgutil.iter_modules(directory):
+                if not (info.name.startswith("v") and info.name[1:].isdigit()):
+                    continue
+                try:
+                    other = importlib.import_module(f"{base}.{info.name}.{parts[4]}")
+                except ImportError:
+                    continue
+                twin = getattr(other, cls.__name__, None)
+                if isinstance(twin, type) and dataclasses.is_dataclass(twin):
+                    names.update(f.name for f in dataclasses.fields(twin))
+    result = _ANY_FIELDS[cls] = frozenset(names)
+    return result
+
+
 def build(cls: type[T], **kwargs: Any) -> T:
-    """Instantiate a kio dataclass, ignoring fields this version does not define."""
+    """Instantiate a kio dataclass, ignoring fields this version does not define.
+
+    A keyword that is a field of this message in no version kio knows (a misspelling)
+    raises TypeError naming it, instead of being dropped silently."""
     names = _field_names(cls)
+    unknown = [k for k in kwargs if k not in names]
+    if unknown:
+        known = _any_version_field_names(cls)
+        wrong = [k for k in unknown if k not in known]
+        if wrong:
+            raise TypeError(
+                f"{cls.__module__}.{cls.__name__} has no field {', '.join(sorted(wrong))} "
+                "in any version"
+            )
     return cls(**{k: v for k, v in kwargs.items() if k in names})

@@ -36,13 +36,14 @@ from kio.schema.offset_for_leader_epoch.v4 import request as ofle_req
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from broker.network.client import BrokerConnection
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
-FETCH_KEY, FETCH_VERSION = 1, 12
-OFFSET_FOR_LEADER_EPOCH_KEY, OFFSET_FOR_LEADER_EPOCH_VERSION = 23, 4
+FETCH_KEY, FETCH_VERSION = ApiKey.FETCH, 12
+OFFSET_FOR_LEADER_EPOCH_KEY, OFFSET_FOR_LEADER_EPOCH_VERSION = ApiKey.OFFSET_FOR_LEADER_EPOCH, 4
 UNDEFINED_EPOCH = -1
 
 

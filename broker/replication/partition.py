@@ -61,6 +61,7 @@ class ReadResult:
     last_stable_offset: int
     log_start_offset: int
     log_end_offset: int
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 @dataclass(slots=True)
@@ -284,15 +285,38 @@ class Partition:
 
     # --- reads ---------------------------------------------------------------------------
 
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: min(first unstable offset, high watermark) (KIP-98)."""
+        return self.log.last_stable_offset(self.high_watermark)
+
     def read(
-        self, offset: int, max_bytes: int, *, committed_only: bool, min_one_batch: bool
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        committed_only: bool,
+        min_one_batch: bool,
+        read_committed: bool = False,
     ) -> ReadResult:
-        max_offset = self.high_watermark if committed_only else None
+        """Whole batches from ``offset``: up to the log end (followers), the high watermark
+        (read_uncommitted consumers) or the last stable offset (read_committed consumers,
+        with the aborted transactions of the returned range)."""
+        lso = self.last_stable_offset
+        if read_committed:
+            max_offset: int | None = lso
+        else:
+            max_offset = self.high_watermark if committed_only else None
         data = self.log.read(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+        aborted = None
+        if read_committed:
+            upper = data.last_offset + 1 if data is not None and data.size else offset
+            aborted = self.log.collect_aborted_transactions(offset, upper)
         return ReadResult(
             data,
             self.high_watermark,
-            self.high_watermark,
+            lso,
             self.log.log_start_offset,
             self.log.log_end_offset,
+            aborted,
         )

@@ -79,6 +79,7 @@ class FetchResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     slice: FetchSlice | None = None
+    aborted_transactions: list[tuple[int, int]] | None = None  # read_committed only
 
     @property
     def size(self) -> int:
@@ -527,6 +528,7 @@ class ReplicaManager:
         committed_only: bool,
         min_one: bool,
         replica_id: int = -1,
+        read_committed: bool = False,
     ) -> list[FetchResult]:
         remaining = max_bytes
         out: list[FetchResult] = []
@@ -543,18 +545,23 @@ class ReplicaManager:
                     max(limit, 0),
                     committed_only=committed_only,
                     min_one_batch=min_one and remaining == max_bytes,
+                    read_committed=read_committed,
                 )
                 result.high_watermark = read.high_watermark
                 result.last_stable_offset = read.last_stable_offset
                 result.log_start_offset = read.log_start_offset
                 if limit > 0 or remaining == max_bytes:
                     result.slice = read.slice
+                    result.aborted_transactions = read.aborted_transactions
+                elif read_committed:
+                    result.aborted_transactions = []
                 remaining -= result.size
             except OffsetOutOfRangeError as exc:
                 result.error = exc.code
                 p = self.partitions.get(req.tp)
                 if p is not None:
                     result.high_watermark = p.high_watermark
+                    result.last_stable_offset = p.last_stable_offset
                     result.log_start_offset = p.log.log_start_offset
             except KafkaError as exc:
                 result.error = exc.code
@@ -570,6 +577,7 @@ class ReplicaManager:
         max_bytes: int,
         committed_only: bool = True,
         replica_id: int = -1,
+        read_committed: bool = False,
     ) -> list[FetchResult]:
         committed = committed_only and replica_id < 0
 
@@ -580,6 +588,7 @@ class ReplicaManager:
                 committed_only=committed,
                 min_one=True,
                 replica_id=replica_id if record_follower else -1,
+                read_committed=read_committed and committed,
             )
 
         results = read(record_follower=True)
@@ -610,13 +619,18 @@ class ReplicaManager:
         *,
         current_leader_epoch: int = -1,
         committed_only: bool = True,
+        read_committed: bool = False,
     ) -> tuple[int, int, int]:
-        """(offset, timestamp, leader_epoch) answering a ListOffsets query."""
+        """(offset, timestamp, leader_epoch) answering a ListOffsets query: consumers see up
+        to the high watermark, or the last stable offset when ``read_committed``."""
         partition = self.leader_partition(tp)
         partition.check_leader_epoch(current_leader_epoch)
         plog = partition.log
         epoch = partition.leader_epoch
-        upper = partition.high_watermark if committed_only else plog.log_end_offset
+        if read_committed:
+            upper = partition.last_stable_offset
+        else:
+            upper = partition.high_watermark if committed_only else plog.log_end_offset
         if timestamp == EARLIEST_TIMESTAMP:
             return plog.log_start_offset, -1, epoch
         if timestamp == LATEST_TIMESTAMP:

@@ -1,4 +1,5 @@
-"""The layering of DESIGN.md section 2, enforced on the import graph."""
+"""The layering of DESIGN.md section 2, enforced on the import graph (and, for the sans-IO
+protocol layer, on the calls it makes)."""
 
 from __future__ import annotations
 
@@ -12,20 +13,46 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _imports(package: str) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
+def imported_names(source: str) -> set[str]:
+    """Every module a source file imports (absolute imports, anywhere in the file)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def io_calls(source: str) -> list[str]:
+    """Calls that do file I/O by name: ``open(...)``, ``io.open``, ``os.open``,
+    ``Path(...).read_bytes()`` and friends."""
+    bad = []
+    file_methods = {"read_bytes", "read_text", "write_bytes", "write_text", "open"}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "open":
+            bad.append("open()")
+        elif isinstance(func, ast.Attribute) and func.attr in file_methods:
+            owner = func.value
+            owner_name = owner.id if isinstance(owner, ast.Name) else ""
+            if func.attr == "open" and owner_name not in ("io", "os", "gzip", "lzma", "bz2"):
+                continue
+            bad.append(f"{owner_name or '...'}.{func.attr}()")
+    return bad
+
+
+def _sources(package: str) -> dict[str, str]:
     base = ROOT / package.replace(".", "/")
     if not base.exists():
-        return out
-    for path in base.rglob("*.py"):
-        names: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.add(node.module)
-        out[str(path.relative_to(ROOT))] = names
-    return out
+        return {}
+    return {str(p.relative_to(ROOT)): p.read_text() for p in base.rglob("*.py")}
+
+
+def _imports(package: str) -> dict[str, set[str]]:
+    return {path: imported_names(src) for path, src in _sources(package).items()}
 
 
 def _violations(package: str, forbidden: tuple[str, ...]) -> list[str]:
@@ -51,6 +78,32 @@ def test_protocol_imports_nothing_of_ours_but_protocol() -> None:
         "spark_connector",
     )
     assert _violations("broker.protocol", ours) == []
+
+
+def test_protocol_is_sans_io() -> None:
+    """No event loop, no sockets, no files in the protocol layer: it turns bytes into
+    messages and back, nothing else."""
+    io_modules = ("asyncio", "socket", "selectors", "ssl", "pathlib", "shutil", "tempfile")
+    assert _violations("broker.protocol", io_modules) == []
+    calls = {path: io_calls(src) for path, src in _sources("broker.protocol").items()}
+    assert {path: c for path, c in calls.items() if c} == {}
+
+
+def test_api_does_not_import_network() -> None:
+    """Handlers return protocol-level responses; only the network layer owns sockets."""
+    assert _violations("broker.api", ("broker.network",)) == []
+
+
+def test_the_checks_catch_violations() -> None:
+    sample = (
+        "import asyncio\nfrom broker.network.server import X\n"
+        "def f(p):\n    open(p)\n    return p.read_bytes()\n"
+    )
+    names = imported_names(sample)
+    assert "asyncio" in names and "broker.network.server" in names
+    assert io_calls(sample) == ["open()", "p.read_bytes()"]
+    assert io_calls("import io\nio.open('x')\nos.open('y', 0)\n") == ["io.open()", "os.open()"]
+    assert io_calls("registry.open_thing()\nwebbrowser.open('u')\n") == []
 
 
 def test_log_does_not_import_network_or_api() -> None:

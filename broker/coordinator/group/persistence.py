@@ -145,9 +145,9 @@ def apply_records(loaded: LoadedPartition, blobs: Iterable[bytes]) -> None:
                     continue
                 if isinstance(key, OffsetKey) and transactional:
                     if isinstance(value, OffsetValue):
-                        loaded.pending.setdefault(header.producer_id, {}).setdefault(
-                            key.group, {}
-                        )[TopicPartition(key.topic, key.partition)] = value
+                        loaded.pending.setdefault(header.producer_id, {}).setdefault(key.group, {})[
+                            TopicPartition(key.topic, key.partition)
+                        ] = value
                 elif isinstance(key, OffsetKey):
                     tp = TopicPartition(key.topic, key.partition)
                     group_offsets = loaded.offsets.setdefault(key.group, {})

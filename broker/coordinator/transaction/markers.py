@@ -39,6 +39,7 @@ from typing import Any
 from broker.coordinator.transaction.state import TransactionResult
 from broker.metadata.cache import MetadataCache
 from broker.network.broker_pool import BrokerPool
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.types import TopicPartition
 
@@ -46,7 +47,7 @@ __all__ = ["PendingMarkers", "TransactionMarkerChannel"]
 
 log = logging.getLogger(__name__)
 
-WRITE_TXN_MARKERS = 27
+WRITE_TXN_MARKERS = ApiKey.WRITE_TXN_MARKERS
 WRITE_TXN_MARKERS_VERSION = 1
 
 _RETRIABLE = frozenset(

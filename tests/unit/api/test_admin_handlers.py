@@ -15,10 +15,10 @@ from kio.serial import entity_reader
 from broker.api import elect_leaders, reassignments
 from broker.api.context import RequestContext
 from broker.metadata.cache import PartitionInfo
-from broker.network.server import ConnectionInfo
 from broker.protocol import registry
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.framing import RequestHeader
+from broker.protocol.response import ConnectionInfo
 from broker.types import TopicPartition
 
 pytestmark = pytest.mark.unit

@@ -47,10 +47,10 @@ from broker.coordinator.group.group import (
     MemberIdentity,
     SyncResult,
 )
-from broker.network.server import ConnectionInfo
 from broker.protocol import registry
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
+from broker.protocol.response import ConnectionInfo
 from broker.types import TopicPartition
 
 pytestmark = pytest.mark.unit
