@@ -63,7 +63,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 num_partitions=len(info.partitions),
                 replication_factor=len(next(iter(info.partitions.values())).replicas),
             )
-            log_config = controller.log_config_for(t.name, overrides)
+            log_config = ctx.services.topic_configs.log_config_for(t.name, overrides)
             if config_cls is not None:
                 kwargs["configs"] = tuple(
                     registry.build(
