@@ -5,9 +5,9 @@ Semantics follow Kafka 3.9's ``KafkaZkClient`` / ``AdminZkClient``: a topic is c
 its config znode in one multi-op; assignment and partition-state updates are conditional on
 the znode version, and a controller's partition-state writes are also conditional on the
 controller epoch's znode version, which fences a zombie controller (a retried write whose
-first attempt succeeded is recognised, as in Kafka's ``ReplicationUtils``). Topic names are
-checked with the broker's one validator (:func:`broker.controller.topic_admin.validate_topic_name`)
-and an existing topic raises the broker's one :class:`~broker.controller.topic_admin.TopicExistsError`.
+first attempt succeeded is recognised, as in Kafka's ``ReplicationUtils``). Topic names
+are checked with the broker's one validator (``topic_admin.validate_topic_name``) and an
+existing topic raises the broker's one ``topic_admin.TopicExistsError``.
 
 Concurrency: as :class:`~broker.controller.zk_session.ZkSession`; conditional writes make
 concurrent writers from several brokers safe.

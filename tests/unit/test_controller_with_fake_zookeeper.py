@@ -86,7 +86,7 @@ def local_handler(metadata: MetadataCache) -> Callable[[int, int, Any], Awaitabl
 
     async def handle(api_key: int, _version: int, request: Any) -> Any:
         if api_key == UPDATE_METADATA[0]:
-            return await handle_update_metadata(ctx, request)  # type: ignore[arg-type]
+            return await handle_update_metadata(ctx, request)
         return None
 
     return handle
@@ -639,15 +639,22 @@ async def test_illegal_replica_transition_is_logged(cluster: Cluster) -> None:
     assert (await cluster.state(TP("t", 0))).isr == (1,)
 
 
+class _ErrorCollector(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 class _capture_errors:
     """Collect the ERROR records of the controller's loggers."""
 
     def __enter__(self) -> list[str]:
-        self.messages: list[str] = []
-        self.handler = logging.Handler(logging.ERROR)
-        self.handler.emit = lambda record: self.messages.append(record.getMessage())  # type: ignore[method-assign]
+        self.handler = _ErrorCollector()
         logging.getLogger("broker.controller").addHandler(self.handler)
-        return self.messages
+        return self.handler.messages
 
     def __exit__(self, *exc: object) -> None:
         logging.getLogger("broker.controller").removeHandler(self.handler)
