@@ -39,6 +39,7 @@ from broker.coordinator.group.coordinator import GroupCoordinator
 from broker.coordinator.producer_ids import ProducerIdManager
 from broker.log.log_manager import LogManager
 from broker.metadata.cache import MetadataCache
+from broker.metadata.topic_configs import TopicConfigManager
 from broker.network.client import BrokerConnection
 from broker.network.server import KafkaServer
 from broker.protocol import interbroker as _interbroker
@@ -67,6 +68,7 @@ class Broker:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.controller: Controller | None = None
+        self.topic_configs: TopicConfigManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
 
     async def start(self) -> None:
@@ -83,25 +85,16 @@ class Broker:
             if not cfg["broker.id.generation.enable"]:
                 raise SystemExit("broker.id is not set and broker.id.generation.enable=false")
             self.broker_id = await zk.generate_broker_id(cfg["reserved.broker.max.id"])
-        topic_overrides = {
-            name: await zk.get_topic_config(name) for name in await zk.get_all_topics()
-        }
-        default = cfg.default_log_config()
-
-        def topic_config(topic: str):  # type: ignore[no-untyped-def]
-            try:
-                return default.with_overrides(topic_overrides.get(topic, {}))
-            except ValueError:
-                return default
-
+        self.topic_configs = topic_configs = TopicConfigManager(zk, cfg)
+        await topic_configs.load_all()
         self.log_manager = LogManager(
             cfg.log_dirs,
-            default,
+            cfg.default_log_config(),
             clock=self.clock,
             broker_id=self.broker_id,
             cluster_id=cluster_id,
         )
-        await asyncio.to_thread(self.log_manager.startup, topic_config)
+        await asyncio.to_thread(self.log_manager.startup, topic_configs.log_config_for)
         await self._delete_stray_logs()
         self.replica_manager = ReplicaManager(
             cfg,
@@ -110,9 +103,9 @@ class Broker:
             broker_id=self.broker_id,
             alter_isr=self._alter_isr,
         )
+        topic_configs.add_listener(self.replica_manager.update_log_config)
         metadata = MetadataCache(cluster_id)
-        self.controller = Controller(zk, metadata, self.replica_manager, cfg, self.broker_id)
-        await self.controller.load_topic_configs()
+        self.controller = Controller(zk, metadata, cfg, self.broker_id, topic_configs)
         producer_ids = ProducerIdManager(lambda: zk.allocate_producer_id_block(self.broker_id))
         self.group_coordinator = GroupCoordinator(
             cfg, self.clock, self.broker_id, metadata, self.replica_manager, self.controller
@@ -125,6 +118,7 @@ class Broker:
             metadata=metadata,
             replica_manager=self.replica_manager,
             controller=self.controller,
+            topic_configs=topic_configs,
             producer_ids=producer_ids,
             group_coordinator=self.group_coordinator,
         )
@@ -155,6 +149,7 @@ class Broker:
             # expires; wait that long before refusing a duplicate id
             wait_s=cfg["zookeeper.session.timeout.ms"] / 1000.0 + 2.0,
         )
+        await topic_configs.start()
         await self.controller.startup()
         self._start_periodic_tasks()
         log.info("broker %d started (cluster %s)", self.broker_id, cluster_id)
@@ -249,6 +244,8 @@ class Broker:
             await self.replica_manager.shutdown()
         if self.controller is not None:
             await self.controller.shutdown()
+        if self.topic_configs is not None:
+            await self.topic_configs.stop()
         if self.replica_manager is not None:
             self.replica_manager.checkpoint_high_watermarks()
         if self.log_manager is not None:

@@ -44,9 +44,9 @@ def _describe_topic(
     entry_cls: Any,
     syn_cls: Any,
 ) -> list[Any]:
-    controller = ctx.services.controller
-    overrides = controller.topic_overrides(name)
-    effective = controller.log_config_for(name, overrides)
+    topic_configs = ctx.services.topic_configs
+    overrides = topic_configs.overrides(name)
+    effective = topic_configs.log_config_for(name, overrides)
     broker_cfg = ctx.services.config
     out = []
     for cname in sorted(TOPIC_CONFIGS):
@@ -208,13 +208,13 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
     api_key = 44 if incremental else 33
     cls = registry.response_class(api_key, ctx.version)
     resp_cls = registry.nested(cls, "AlterConfigsResourceResponse")
-    controller = ctx.services.controller
+    topic_configs = ctx.services.topic_configs
     out = []
     for res in request.resources:
         try:
             _check_topic_resource(ctx, res)
             if incremental:
-                new = dict(controller.topic_overrides(res.resource_name))
+                new = dict(topic_configs.overrides(res.resource_name))
                 for c in res.configs:
                     op = int(c.config_operation)
                     if c.name not in TOPIC_CONFIGS:
@@ -235,7 +235,7 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
                             for x in new.get(
                                 c.name,
                                 format_config_value(
-                                    controller.log_config_for(res.resource_name, new).value_of(
+                                    topic_configs.log_config_for(res.resource_name, new).value_of(
                                         c.name
                                     )
                                 ),
@@ -254,7 +254,7 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
                         )
             else:
                 new = {c.name: c.value for c in res.configs if c.value is not None}
-            await controller.set_topic_overrides(
+            await topic_configs.set_overrides(
                 res.resource_name, new, validate_only=bool(request.validate_only)
             )
             out.append(

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from broker.coordinator.group.coordinator import GroupCoordinator
     from broker.coordinator.producer_ids import ProducerIdManager
     from broker.metadata.cache import MetadataCache
+    from broker.metadata.topic_configs import TopicConfigManager
     from broker.protocol.response import ConnectionInfo
     from broker.replication.replica_manager import ReplicaManager
 
@@ -35,6 +36,7 @@ class BrokerServices:
     metadata: MetadataCache
     replica_manager: ReplicaManager
     controller: Controller
+    topic_configs: TopicConfigManager
     producer_ids: ProducerIdManager
     group_coordinator: GroupCoordinator
 

@@ -62,9 +62,9 @@ async def handle_leader_and_isr(
         results = {s.tp: ErrorCode.stale_controller_epoch for s in specs}
         top = ErrorCode.stale_controller_epoch
     else:
-        await services.controller.ensure_topic_configs(sorted(topic_ids))
+        await services.topic_configs.ensure_loaded(sorted(topic_ids))
         results = rm.become_leader_or_follower(
-            int(request.controller_epoch), specs, leaders, services.controller.log_config_for
+            int(request.controller_epoch), specs, leaders, services.topic_configs.log_config_for
         )
         top = ErrorCode.none
     by_topic: dict[str, list[Any]] = {}

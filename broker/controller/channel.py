@@ -28,7 +28,7 @@ import collections
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from broker.network.client import BrokerConnection
 
@@ -38,6 +38,30 @@ LocalHandler = Callable[[int, int, Any], Awaitable[Any]]
 """(api_key, api_version, request) -> response, for requests to the controller's broker."""
 
 Callback = Callable[[Any], None]
+
+
+class RequestChannel(Protocol):
+    """What the controller needs of its channel (:class:`ControllerChannel`; tests capture
+    requests with a fake)."""
+
+    def add_broker(self, broker_id: int, host: str, port: int) -> None: ...
+
+    def remove_broker(self, broker_id: int) -> None: ...
+
+    def send(
+        self,
+        broker_id: int,
+        api_key: int,
+        api_version: int,
+        request: Any,
+        callback: Callback | None = None,
+    ) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+ChannelFactory = Callable[[int, LocalHandler], RequestChannel]
+"""(controller id, local handler) -> a new channel, when a broker becomes controller."""
 
 
 @dataclass(frozen=True, slots=True)

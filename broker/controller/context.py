@@ -5,7 +5,9 @@ events: live brokers with their epochs (the czxid of ``/brokers/ids/<id>``, whic
 restarted broker from the old one), brokers in controlled shutdown, topic ids and the
 version of each topic znode, every partition's replica assignment (with in-flight
 reassignment) and its leader/ISR state with the version of its state znode (for conditional
-updates), and the topics being deleted.
+updates), the topics being deleted, and (as in Kafka) the partition and replica states of
+the state machines. One context lives as long as the controller; :meth:`reset` empties it
+when the broker becomes controller or resigns.
 
 Concurrency: owned by the controller's event task; only events read or change it.
 """
@@ -13,10 +15,11 @@ Concurrency: owned by the controller's event task; only events read or change it
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from broker.controller import znodes
 from broker.controller.reassignment import ReplicaAssignment
+from broker.controller.state_machines import PartitionStateMachine, ReplicaStateMachine
 from broker.types import TopicPartition
 
 
@@ -35,6 +38,14 @@ class ControllerContext:
     states: dict[TopicPartition, znodes.PartitionState] = field(default_factory=dict)
     state_versions: dict[TopicPartition, int] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
+    partition_states: PartitionStateMachine = field(default_factory=PartitionStateMachine)
+    replica_states: ReplicaStateMachine = field(default_factory=ReplicaStateMachine)
+
+    def reset(self, epoch: int = 0, epoch_zk_version: int = 0) -> None:
+        """Forget everything (a new term as controller, or a resignation)."""
+        fresh = ControllerContext(epoch=epoch, epoch_zk_version=epoch_zk_version)
+        for f in fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
 
     def live_ids(self) -> set[int]:
         """Live brokers that are not shutting down (eligible as leaders)."""
@@ -45,9 +56,6 @@ class ControllerContext:
 
     def partitions_of(self, topic: str) -> list[TopicPartition]:
         return sorted(tp for tp in self.assignments if tp.topic == topic)
-
-    def topics(self) -> list[str]:
-        return sorted(self.topic_ids)
 
     @staticmethod
     def address(node: znodes.BrokerIdZNode) -> tuple[str, int]:

@@ -7,8 +7,11 @@ and the changed partitions (leader -1 when the leader is not live, the replicas 
 offline), and marks deleted topics with leader -2 (``LeaderDuringDelete``). Every request
 carries the controller id and epoch and the target broker's epoch.
 
-Pure functions: they read the context and return ``(broker_id, (api_key, version),
-request)`` triples for the controller's channel.
+The builders are pure functions: they read the context and return ``(broker_id, (api_key,
+version), request)`` triples. :class:`ControllerRequestSender` builds and queues them on the
+controller's current channel (none while the broker is not the controller).
+
+Concurrency: event loop only (the controller's event task).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from broker.controller.channel import RequestChannel
 from broker.controller.context import ControllerContext
 from broker.protocol import interbroker as _interbroker
 from broker.types import TopicPartition
@@ -213,3 +217,55 @@ def update_metadata_requests(
         )
         out.append((broker_id, UPDATE_METADATA, request))
     return out
+
+
+class ControllerRequestSender:
+    """Builds LeaderAndIsr / StopReplica / UpdateMetadata from the context and queues them on
+    the channel, which delivers them to each broker in order (Kafka's
+    ``ControllerBrokerRequestBatch``)."""
+
+    def __init__(self, ctx: ControllerContext, controller_id: int) -> None:
+        self.ctx = ctx
+        self.controller_id = controller_id
+        self.channel: RequestChannel | None = None
+
+    def _deliver(self, outgoing: list[Outgoing]) -> None:
+        if self.channel is not None:
+            for broker_id, (api_key, version), request in outgoing:
+                self.channel.send(broker_id, api_key, version, request)
+
+    def leader_and_isr(
+        self,
+        partitions: Iterable[TopicPartition],
+        *,
+        only: Iterable[int] | None = None,
+        exclude: Iterable[int] = (),
+        new: Iterable[TopicPartition] = (),
+    ) -> None:
+        self._deliver(
+            leader_and_isr_requests(
+                self.ctx, self.controller_id, partitions, only=only, exclude=exclude, new=new
+            )
+        )
+
+    def stop_replica(
+        self, broker_id: int, partitions: Iterable[TopicPartition], *, delete: bool
+    ) -> None:
+        self._deliver(
+            stop_replica_requests(
+                self.ctx, self.controller_id, broker_id, partitions, delete=delete
+            )
+        )
+
+    def update_metadata(
+        self,
+        partitions: Iterable[TopicPartition] | None,
+        *,
+        deleted: Iterable[TopicPartition] = (),
+        brokers: Iterable[int] | None = None,
+    ) -> None:
+        self._deliver(
+            update_metadata_requests(
+                self.ctx, self.controller_id, partitions, deleted=deleted, brokers=brokers
+            )
+        )

@@ -19,11 +19,13 @@ Replica states::
     OfflineReplica, ReplicaDeletionStarted -> ReplicaDeletionIneligible
     ReplicaDeletionIneligible -> OnlineReplica, OfflineReplica
 
-The machines only record states; the side effects (leader election, LeaderAndIsr and
-StopReplica requests, znode writes) belong to the controller, which performs them and then
-calls :meth:`transition`. On controller failover the controller seeds the machines with
-:meth:`initialize`, which records a state without checking the transition, as Kafka's
-``initializePartitionState`` / ``initializeReplicaState`` do.
+The machines record states and check transitions; the side effects (leader election,
+znode writes) are performed by :mod:`broker.controller.state_driver`, which asks the machine
+whether a transition is legal *before* any side effect, calls :meth:`transition` after it,
+and picks the partitions to elect from the machine (every New and Offline partition). On
+controller failover the driver seeds the machines with :meth:`initialize`, which records a
+state without checking the transition, as Kafka's ``initializePartitionState`` /
+``initializeReplicaState`` do. The machines live in the controller context.
 
 Concurrency: not thread-safe; the controller mutates them only from its single event loop.
 """

@@ -26,11 +26,16 @@ MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
-class InvalidTopicError(KafkaError):
+class InvalidTopicError(KafkaError, ValueError):
+    """An illegal topic name (also a ``ValueError``: the ZooKeeper client refuses it too)."""
+
     code = ErrorCode.invalid_topic_exception
 
 
 class TopicExistsError(KafkaError):
+    """The topic already exists, or is still marked for deletion. The broker's only such
+    error: the ZooKeeper client raises it and the controller answers it to clients."""
+
     code = ErrorCode.topic_already_exists
 
 
@@ -58,6 +63,9 @@ class RackAwareAssignmentError(KafkaError):
 
 
 def validate_topic_name(name: str) -> None:
+    """The broker's topic-name rule (Kafka's ``Topic.validate``): 1 to 249 characters of
+    ASCII letters, digits, '.', '_' and '-', and not '.' or '..'. Raises
+    :class:`InvalidTopicError`."""
     if not name:
         raise InvalidTopicError("topic name is empty")
     if name in (".", ".."):

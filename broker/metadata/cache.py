@@ -1,7 +1,9 @@
 """The broker-side metadata cache: live brokers, topics, partition leadership.
 
-Filled from ZooKeeper state (and, with the cluster issue, from the controller's
-UpdateMetadata requests). Metadata, DescribeCluster, Produce and Fetch answer from it.
+Filled only from the controller's UpdateMetadata requests (``api/inter_broker.py``, which
+also removes deleted topics); this broker's controller role also records the controller id
+it sees when it takes part in an election. Metadata, DescribeCluster, FindCoordinator and
+the admin handlers answer from it.
 
 Concurrency: read and written only on the broker's event loop thread; values are immutable
 and replaced whole, so a handler that holds one never sees it change.
@@ -61,9 +63,6 @@ class MetadataCache:
         return self._brokers.get(broker_id)
 
     # topics
-    def put_topic(self, topic: TopicInfo) -> None:
-        self._topics[topic.name] = topic
-
     def update_partitions(
         self, name: str, topic_id: uuid.UUID | None, partitions: list[PartitionInfo]
     ) -> None:

@@ -1,0 +1,1 @@
+"""In-memory fakes of external systems, for unit tests (no sockets, no processes)."""
