@@ -69,7 +69,9 @@ async def handle_create_topics(
                 num_partitions=len(info.partitions),
                 replication_factor=len(next(iter(info.partitions.values())).replicas),
             )
-            log_config = ctx.services.topic_configs.log_config_for(t.name, overrides)
+            log_config = ctx.services.topic_configs.log_config_for(
+                t.name, {k: v for k, v in overrides.items() if v is not None}
+            )
             if config_cls is not None:
                 kwargs["configs"] = tuple(
                     registry.build(

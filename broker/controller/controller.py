@@ -587,6 +587,33 @@ class Controller:
         with contextlib.suppress(TopicExistsError):
             await self.zk.create_topic(name, chosen, {})
 
+    async def create_internal_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> None:
+        """Create an internal topic (``__consumer_offsets``, ``__transaction_state``) with its
+        configs from any broker: the active controller creates it as CreateTopics does;
+        another broker writes its znodes, configs included, and the controller's topic
+        watch brings it online. A topic that exists already is not an error."""
+        live = [b.id for b in self.metadata.brokers()]
+        rf = max(1, min(replication_factor, len(live)))
+        try:
+            if self.is_active:
+                await self.create_topic(
+                    name,
+                    num_partitions=partitions,
+                    replication_factor=rf,
+                    configs=dict(configs),
+                )
+            else:
+                chosen = assign_replicas(live, partitions, rf)
+                await self.zk.create_topic(name, chosen, dict(configs))
+                self.topic_configs.topic_created(name, dict(configs))
+        except TopicExistsError:
+            return
+        except KafkaError as exc:
+            if exc.code != ErrorCode.topic_already_exists:
+                raise
+
     # ======================================================================================
     # leader changes (leader_changes.py) and reassignments (reassignment_manager.py)
     # ======================================================================================

@@ -249,20 +249,14 @@ class GroupCoordinator:
             rf = min(int(self.config["offsets.topic.replication.factor"]), live)
             configs = {
                 "cleanup.policy": "compact",
+                "compression.type": "producer",
                 "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
             }
-            if self.controller.is_active:
-                await self.controller.create_topic(
-                    OFFSETS_TOPIC,
-                    num_partitions=self.num_partitions,
-                    replication_factor=rf,
-                    configs=dict(configs),
-                )
-            else:
-                await self.controller.auto_create_topic(OFFSETS_TOPIC, self.num_partitions, rf)
+            await self.controller.create_internal_topic(
+                OFFSETS_TOPIC, self.num_partitions, rf, configs
+            )
         except KafkaError as exc:
-            if exc.code != ErrorCode.topic_already_exists:
-                log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
+            log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
         finally:
             self._creating = False
 

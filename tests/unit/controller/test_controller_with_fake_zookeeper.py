@@ -400,6 +400,27 @@ async def test_topic_created_in_zookeeper_by_another_broker_comes_online(cluster
 
 
 @cluster_test()
+async def test_internal_topic_from_any_broker_keeps_its_configs(cluster: Cluster) -> None:
+    """``create_internal_topic`` on a broker that is not the controller writes the topic's
+    config znode too (``__consumer_offsets`` must be compacted whoever creates it)."""
+    c2 = cluster.nodes[2].controller
+    assert c2 is not None and not c2.is_active
+    configs = {"cleanup.policy": "compact", "min.insync.replicas": "2"}
+    await c2.create_internal_topic("__internal_a", 3, 3, configs)
+    await cluster.active.create_internal_topic("__internal_b", 2, 5, configs)  # rf capped at 3
+    await c2.create_internal_topic("__internal_a", 3, 3, configs)  # exists: not an error
+    await cluster.settle()
+    for name, parts in (("__internal_a", 3), ("__internal_b", 2)):
+        assert await cluster.any_zk().get_topic_config(name) == configs
+        for p in range(parts):
+            st = await cluster.state(TP(name, p))
+            assert st.leader >= 0 and len(st.isr) == 3
+    await cluster.nodes[3].topic_configs.ensure_loaded(["__internal_a"])  # as LeaderAndIsr does
+    log_config = cluster.nodes[3].topic_configs.log_config_for("__internal_a")
+    assert log_config.compact and log_config.min_insync_replicas == 2
+
+
+@cluster_test()
 async def test_create_partitions_adds_online_partitions(cluster: Cluster) -> None:
     await cluster.create_topic("t", {0: [1, 2]})
     ctl = cluster.active

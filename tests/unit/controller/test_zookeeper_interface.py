@@ -25,7 +25,7 @@ from tests.fakes.zookeeper import FakeZkClient, FakeZooKeeper
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PROTOCOL_MEMBERS = sorted(
     name for name in dir(ZkOperations) if not name.startswith("_") and name not in {"register"}
 )
