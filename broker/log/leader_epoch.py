@@ -127,17 +127,8 @@ class LeaderEpochFileCache:
         return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
 
     @property
-    def earliest_entry(self) -> EpochEntry | None:
-        return (self._epochs[0], self._starts[0]) if self._epochs else None
-
-    @property
     def latest_entry(self) -> EpochEntry | None:
         return (self._epochs[-1], self._starts[-1]) if self._epochs else None
-
-    def epoch_for_offset(self, offset: int) -> int:
-        """The epoch that wrote ``offset`` (-1 if before the first known epoch)."""
-        i = bisect.bisect_right(self._starts, offset) - 1
-        return self._epochs[i] if i >= 0 else UNDEFINED_EPOCH
 
     def end_offset_for(self, requested_epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch answer for ``requested_epoch``: ``(epoch, end_offset)``.

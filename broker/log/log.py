@@ -971,14 +971,6 @@ class Log:
                 keep.append(pending)
         self._pending_deletes = keep
 
-    @property
-    def pending_deletes(self) -> int:
-        return len(self._pending_deletes)
-
-    # ======================================================================================
-    # flush, close, delete
-    # ======================================================================================
-
     def flush(self, up_to: int | None = None) -> None:
         """fsync every segment holding offsets below ``up_to`` (default: the log end) that
         changed since its last flush, and move the recovery point to ``up_to``.

@@ -175,9 +175,6 @@ class LogManager:
     def all_logs(self) -> dict[TopicPartition, Log]:
         return dict(self._logs)
 
-    def log_dir_of(self, tp: TopicPartition) -> Path | None:
-        return self._dir_of.get(tp)
-
     def get_or_create_log(self, tp: TopicPartition, config: LogConfig | None = None) -> Log:
         """The log of ``tp``, created empty in the least-loaded log directory if absent."""
         log = self._logs.get(tp)

@@ -156,20 +156,6 @@ class IndexFile:
             os.close(self._fd)
             self._fd = None
 
-    def write_trimmed(self) -> None:
-        """(Re)write the file with exactly its entries, e.g. after a rebuild of an index of an
-        inactive segment; leaves it closed."""
-        self.close()
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            data = self._encode_all()
-            if data:
-                os.pwrite(fd, data, 0)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        self._max_entries = len(self)
-
     def reset(self) -> None:
         """Remove every entry (before a rebuild)."""
         self._clear()

@@ -359,6 +359,7 @@ class ReplicaFetcherManager:
         self.config = config
         self._fetchers: dict[int, LeaderFetcher] = {}
         self._leader_of: dict[TopicPartition, int] = {}
+        self._closing: set[asyncio.Task[None]] = set()
 
     def add_partition(
         self, tp: TopicPartition, leader_id: int, address: tuple[str, int], leader_epoch: int
@@ -390,11 +391,22 @@ class ReplicaFetcherManager:
     def fetching(self) -> dict[TopicPartition, int]:
         return dict(self._leader_of)
 
-    async def remove_idle_fetchers(self) -> None:
-        for leader_id, fetcher in list(self._fetchers.items()):
-            if not fetcher.partitions:
-                self._fetchers.pop(leader_id)
-                await fetcher.close()
+    def remove_idle_fetchers(self) -> int:
+        """Stop the fetchers left without partitions (Kafka's shutdownIdleFetcherThreads),
+        e.g. of a former leader; called after every batch of role changes. Returns how many
+        were stopped (their connections close in the background)."""
+        idle = [leader for leader, f in self._fetchers.items() if not f.partitions]
+        loop = asyncio.get_running_loop()
+        for leader_id in idle:
+            fetcher = self._fetchers.pop(leader_id)
+            task = loop.create_task(fetcher.close(), name=f"close-fetcher-{leader_id}")
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        return len(idle)
+
+    @property
+    def fetcher_count(self) -> int:
+        return len(self._fetchers)
 
     async def shutdown(self) -> None:
         fetchers = list(self._fetchers.values())
@@ -402,3 +414,6 @@ class ReplicaFetcherManager:
         self._leader_of.clear()
         for fetcher in fetchers:
             await fetcher.close()
+        closing = list(self._closing)
+        if closing:
+            await asyncio.gather(*closing, return_exceptions=True)

@@ -3,8 +3,15 @@
 A delayed operation (a long-poll Fetch waiting for ``min_bytes``, an acks=all Produce
 waiting for the ISR) watches one or more keys (topic-partitions). Whoever changes the state
 behind a key (an append, a high-watermark move) calls ``notify(key)``; the waiting
-operations wake up, re-check their condition, and either complete or wait again until their
-deadline. Instead of Kafka's timing wheel, deadlines are asyncio timeouts on the event loop.
+operations wake up at once, re-check their condition, and either complete or wait again
+until their deadline.
+
+Deadlines come from the injected :class:`~broker.clock.Clock` (``monotonic()``), not from
+the event loop's own time, so tests drive them: with a ``ManualClock`` a test advances the
+clock and calls :meth:`Purgatory.expire`, which wakes every operation whose deadline has
+passed; nothing sleeps. In production a loop timer (``call_later`` for the remaining time)
+also wakes each operation at its deadline, so an expired operation answers within a
+millisecond or so of it, as with Kafka's timing wheel.
 
 Concurrency: event loop thread only.
 """
@@ -14,12 +21,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Hashable, Iterable
 
+from broker.clock import SYSTEM_CLOCK, Clock
+
 
 class Purgatory:
-    """Keys -> futures of the operations watching them."""
+    """Keys -> futures of the operations watching them, with their clock deadlines."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self._watchers: dict[Hashable, set[asyncio.Future[None]]] = {}
+        self._deadlines: dict[asyncio.Future[None], float] = {}
 
     def notify(self, key: Hashable) -> None:
         waiters = self._watchers.pop(key, None)
@@ -29,13 +40,24 @@ class Purgatory:
             if not fut.done():
                 fut.set_result(None)
 
-    def notify_all(self) -> None:
-        for key in list(self._watchers):
-            self.notify(key)
+    def expire(self) -> int:
+        """Wake every operation whose deadline (by the clock) has passed; returns how many."""
+        now = self._clock.monotonic()
+        woken = 0
+        for fut, deadline in list(self._deadlines.items()):
+            if deadline <= now and not fut.done():
+                fut.set_result(None)
+                woken += 1
+        return woken
 
     @property
     def watched_keys(self) -> int:
         return len(self._watchers)
+
+    @property
+    def waiting(self) -> int:
+        """Operations waiting now."""
+        return len(self._deadlines)
 
     async def wait_until(
         self,
@@ -47,19 +69,22 @@ class Purgatory:
         ``keys``) or the timeout expires. Returns the final value of ``condition()``."""
         keys = list(keys)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(timeout_s, 0.0)
+        clock = self._clock
+        deadline = clock.monotonic() + max(timeout_s, 0.0)
         while not condition():
-            remaining = deadline - loop.time()
+            remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 return False
             fut: asyncio.Future[None] = loop.create_future()
             for key in keys:
                 self._watchers.setdefault(key, set()).add(fut)
+            self._deadlines[fut] = deadline
+            timer = loop.call_later(remaining, _wake, fut)
             try:
-                await asyncio.wait_for(fut, remaining)
-            except TimeoutError:
-                return condition()
+                await fut
             finally:
+                timer.cancel()
+                del self._deadlines[fut]
                 for key in keys:
                     waiters = self._watchers.get(key)
                     if waiters is not None:
@@ -67,3 +92,8 @@ class Purgatory:
                         if not waiters:
                             del self._watchers[key]
         return True
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

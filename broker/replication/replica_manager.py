@@ -125,7 +125,7 @@ class ReplicaManager:
         self.clock = clock
         self.broker_id = broker_id
         self.partitions: dict[TopicPartition, Partition] = {}
-        self.purgatory = Purgatory()
+        self.purgatory = Purgatory(clock)
         self.controller_epoch = 0
         self._alter_isr = alter_isr
         self._isr_queue: asyncio.Queue[tuple[TopicPartition, int, tuple[int, ...]]] = (
@@ -267,6 +267,7 @@ class ReplicaManager:
             self.notify_high_watermark(tp)
             if results[tp] == ErrorCode.none:
                 self._notify_role(tp, spec.leader == self.broker_id, spec.leader_epoch)
+        self.fetchers.remove_idle_fetchers()
         return results
 
     def _notify_role(self, tp: TopicPartition, is_leader: bool, leader_epoch: int) -> None:
@@ -292,6 +293,7 @@ class ReplicaManager:
             except Exception as exc:
                 log.exception("%s: stop replica failed", tp)
                 results[tp] = error_code_for(exc)
+        self.fetchers.remove_idle_fetchers()
         return results
 
     def stop_replica(self, tp: TopicPartition, *, delete: bool) -> None:
@@ -678,7 +680,3 @@ class ReplicaManager:
         for parent, hws in by_dir.items():
             if parent.exists():
                 OffsetCheckpointFile(parent / HW_CHECKPOINT).write(hws)
-
-    def for_each_partition(self, fn: Callable[[Partition], None]) -> None:
-        for partition in list(self.partitions.values()):
-            fn(partition)

@@ -1,4 +1,5 @@
-"""Delayed operations (broker/replication/purgatory.py)."""
+"""Delayed operations (broker/replication/purgatory.py), driven by a manual clock: nothing
+here sleeps for a deadline."""
 
 from __future__ import annotations
 
@@ -6,48 +7,72 @@ import asyncio
 
 import pytest
 
+from broker.clock import ManualClock
 from broker.replication.purgatory import Purgatory
 
 pytestmark = pytest.mark.unit
 
 
+async def _spin() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
 def test_wakes_on_notify_and_rechecks_condition() -> None:
-    async def run() -> tuple[bool, int]:
-        p = Purgatory()
+    async def run() -> tuple[bool, int, int]:
+        p = Purgatory(ManualClock())
         state = {"n": 0}
+        waiter = asyncio.create_task(p.wait_until(["tp"], lambda: state["n"] >= 3, 10))
+        for _ in range(3):
+            await _spin()
+            state["n"] += 1
+            p.notify("tp")
+        ok = await waiter
+        return ok, p.watched_keys, p.waiting
 
-        async def producer() -> None:
-            for _ in range(3):
-                await asyncio.sleep(0.01)
-                state["n"] += 1
-                p.notify("tp")
-
-        task = asyncio.create_task(producer())
-        ok = await p.wait_until(["tp"], lambda: state["n"] >= 3, 10)
-        await task
-        return ok, p.watched_keys
-
-    assert asyncio.run(run()) == (True, 0)
+    assert asyncio.run(run()) == (True, 0, 0)
 
 
-def test_times_out_with_false_and_leaves_no_watchers() -> None:
-    async def run() -> tuple[bool, int]:
-        p = Purgatory()
-        ok = await p.wait_until(["a", "b"], lambda: False, 0.05)
-        return ok, p.watched_keys
+def test_times_out_when_the_clock_passes_the_deadline() -> None:
+    async def run() -> tuple[bool, bool, int]:
+        clock = ManualClock()
+        p = Purgatory(clock)
+        waiter = asyncio.create_task(p.wait_until(["a", "b"], lambda: False, 30))
+        await _spin()
+        clock.advance(29_999)
+        assert p.expire() == 0
+        await _spin()
+        still_waiting = not waiter.done()
+        clock.advance(1)
+        assert p.expire() == 1
+        ok = await waiter
+        return ok, still_waiting, p.watched_keys
 
-    assert asyncio.run(run()) == (False, 0)
+    assert asyncio.run(run()) == (False, True, 0)
 
 
 def test_notification_on_other_key_does_not_complete() -> None:
     async def run() -> bool:
-        p = Purgatory()
-        loop = asyncio.get_running_loop()
-        loop.call_later(0.01, p.notify, "other")
-        return await p.wait_until(["tp"], lambda: False, 0.05)
+        clock = ManualClock()
+        p = Purgatory(clock)
+        waiter = asyncio.create_task(p.wait_until(["tp"], lambda: False, 5))
+        await _spin()
+        p.notify("other")
+        await _spin()
+        assert not waiter.done()
+        clock.advance(5000)
+        p.expire()
+        return await waiter
 
     assert asyncio.run(run()) is False
 
 
 def test_already_true_returns_immediately() -> None:
-    assert asyncio.run(Purgatory().wait_until(["x"], lambda: True, 0)) is True
+    assert asyncio.run(Purgatory(ManualClock()).wait_until(["x"], lambda: True, 0)) is True
+
+
+def test_the_real_clock_times_out_by_itself() -> None:
+    async def run() -> bool:
+        return await Purgatory().wait_until(["x"], lambda: False, 0.01)
+
+    assert asyncio.run(run()) is False

@@ -58,6 +58,10 @@ class RecordingFetchers:
     def fetching(self) -> dict[TopicPartition, int]:
         return {tp: leader for tp, (leader, _, _) in self.following.items()}
 
+    def remove_idle_fetchers(self) -> int:
+        self.idle_cleanups = getattr(self, "idle_cleanups", 0) + 1
+        return 0
+
     async def shutdown(self) -> None:
         self.following.clear()
 
@@ -360,7 +364,17 @@ def test_acks_all_produce_waits_for_the_follower(tmp_path: Path) -> None:
 def test_acks_all_times_out_without_the_follower(tmp_path: Path) -> None:
     b = Broker(tmp_path)
     b.apply(1, _spec(leader=1, epoch=0))
-    error, _ = _run(lambda: _produce(b.rm, 1, acks=-1, timeout_ms=50))
+
+    async def scenario() -> tuple[ErrorCode, int]:
+        produce = asyncio.create_task(_produce(b.rm, 1, acks=-1, timeout_ms=50))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not produce.done()  # waiting for the follower
+        b.clock.advance(50)  # the request timeout passes (by the broker's clock)
+        b.rm.purgatory.expire()
+        return await produce
+
+    error, _ = asyncio.run(scenario())
     assert error == ErrorCode.request_timed_out
 
 
