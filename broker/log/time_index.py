@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from broker.log.errors import CorruptIndexError
-from broker.log.offset_index import IndexFile, non_decreasing, strictly_increasing
+from broker.log.index import IndexFile, non_decreasing, strictly_increasing
 
 __all__ = ["NO_TIMESTAMP", "TimeIndex"]
 

@@ -1,0 +1,323 @@
+"""The segments of one partition's log on local disk (Kafka's ``LocalLog``): the directory,
+the ordered segments, the log start / recovery point / log end markers, reads, flushes, and
+the delayed deletion of segment files. :class:`~broker.log.log.Log` builds the partition log
+on top of it (appends, producer state, leader epochs, truncation, retention, transactions).
+
+Deleted segments are renamed to ``*.deleted`` and physically removed
+``file.delete.delay.ms`` later (``delete_pending_files``), so a fetch response that holds a
+segment's open file can still be sent.
+
+Concurrency: every method must be called from the broker's event loop; there are no locks.
+The one exception is ``flush``, which may run in a worker thread (``asyncio.to_thread``)
+concurrently with the loop (see its docstring).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.clock import Clock
+from broker.config import LogConfig
+from broker.log.checkpoints import fsync_dir
+from broker.log.errors import LogClosedError, OffsetOutOfRangeError
+from broker.log.log_segments import LogSegments
+from broker.log.segment import FetchSlice, LogSegment
+from broker.log.time_index import NO_TIMESTAMP
+from broker.protocol.records import BatchHeader
+from broker.types import TopicPartition
+
+__all__ = ["DELETE_DIR_SUFFIX", "LocalLog", "parse_topic_partition"]
+
+logger = logging.getLogger(__name__)
+
+DELETE_DIR_SUFFIX = "-delete"
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+SegmentPredicate = Callable[["LogSegment", "LogSegment | None"], bool]
+
+
+def parse_topic_partition(dir_name: str) -> TopicPartition:
+    """``"my-topic-3"`` -> ``TopicPartition("my-topic", 3)`` (split on the last ``-``).
+
+    Raises ValueError for names that are not partition directories.
+    """
+    m = _PARTITION_DIR.match(dir_name)
+    if m is None or "." in m.group(2):
+        raise ValueError(f"{dir_name!r} is not a <topic>-<partition> directory name")
+    return TopicPartition(m.group(1), int(m.group(2)))
+
+
+@dataclass(slots=True)
+class _PendingDelete:
+    deadline_ms: int
+    segment: LogSegment
+    paths: list[Path]
+
+
+class LocalLog:
+    """A partition's segments on disk (see the module docstring)."""
+
+    def __init__(
+        self, directory: Path, config: LogConfig, *, clock: Clock, topic_partition: TopicPartition
+    ) -> None:
+        self.dir = directory
+        self.config = config
+        self.topic_partition = topic_partition
+        self._clock = clock
+        self._rng = random.Random()
+        self._segments = LogSegments()
+        self._log_start_offset = 0
+        self._recovery_point = 0
+        self._last_flush_ms = clock.time_ms()
+        self._pending_roll_flush: int | None = None
+        self._pending_deletes: list[_PendingDelete] = []
+        self._dir_dirty = False
+        self._truncations = 0  # bumped by truncation, so a concurrent flush can tell
+        self._closed = False
+        self.high_watermark: int | None = None
+
+    # ======================================================================================
+    # state
+    # ======================================================================================
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments.active.next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The live segments, oldest first (a copy of the list; do not mutate them)."""
+        return self._segments.snapshot()
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments.active
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def pending_roll_flush(self) -> int | None:
+        """Offset up to which a flush is due after a roll (Kafka flushes rolled segments
+        asynchronously); the log manager's ``flush_dirty`` does it."""
+        return self._pending_roll_flush
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def update_config(self, config: LogConfig) -> None:
+        """Use ``config`` from now on (index sizes apply from the next segment)."""
+        self.config = config
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.topic_partition} is closed")
+
+    def _segment_index(self, offset: int) -> int:
+        """Index of the segment whose range holds ``offset`` (0 if below the first)."""
+        return self._segments.index_of(offset)
+
+    def _new_jitter(self) -> int:
+        jitter = self.config.segment_jitter_ms
+        if jitter <= 0:
+            return 0
+        return self._rng.randrange(min(jitter, self.config.segment_ms))
+
+    def _maybe_flush(self, now: int) -> None:
+        config = self.config
+        if (
+            self.log_end_offset - self._recovery_point >= config.flush_messages
+            or now - self._last_flush_ms >= config.flush_ms
+        ):
+            self.flush()
+
+    # ======================================================================================
+    # reads
+    # ======================================================================================
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FetchSlice | None:
+        """Whole batches from the one holding ``offset`` (or the next batch, if ``offset``
+        falls in a gap), all from one segment, each with base offset below ``max_offset``
+        (exclusive bound, e.g. the high watermark), at most ``max_bytes`` in total except that
+        with ``min_one_batch`` the first batch is returned even if larger.
+
+        Raises OffsetOutOfRangeError outside ``[log_start_offset, log_end_offset]``; returns
+        None when there is nothing to return.
+        """
+        self._check_open()
+        leo = self.log_end_offset
+        if offset < self._log_start_offset or offset > leo:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range [{self._log_start_offset}, {leo}] for "
+                f"{self.topic_partition}"
+            )
+        limit = leo if max_offset is None else min(max_offset, leo)
+        if offset >= limit:
+            return None
+        for segment in self._segments.from_offset(offset):
+            if segment.base_offset >= limit:
+                return None
+            result, found = segment.read(offset, max_bytes, limit, min_one_batch)
+            if found:
+                return result
+        return None
+
+    def batches_from(self, offset: int) -> Iterator[BatchHeader]:
+        """Headers of every batch whose last offset is ``>= offset``, in order (positions are
+        positions in their segment files)."""
+        return self._segments.batches_from(offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the earliest record at or after the log start whose
+        timestamp is ``>= timestamp`` (ListOffsets by time); None if there is none."""
+        self._check_open()
+        lso = self._log_start_offset
+        for segment in self._segments:
+            if segment.next_offset <= lso or segment.max_timestamp < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, lso)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        """``(max timestamp, offset of the first record with it)`` over the log, for
+        ListOffsets MAX_TIMESTAMP (KIP-734); ``(-1, -1)`` when no record has a timestamp."""
+        self._check_open()
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.size and (best is None or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        if best is None or best.max_timestamp < 0:
+            return NO_TIMESTAMP, -1
+        return best.max_timestamp_and_offset()
+
+    # ======================================================================================
+    # deleting segments
+    # ======================================================================================
+
+    def _deletable(self, predicate: SegmentPredicate) -> list[LogSegment]:
+        segments = self._segments
+        leo = self.log_end_offset
+        bound = leo if self.high_watermark is None else min(self.high_watermark, leo)
+        out: list[LogSegment] = []
+        for i, segment in enumerate(segments):
+            nxt = segments[i + 1] if i + 1 < len(segments) else None
+            if nxt is None and segment.is_empty:
+                break
+            upper = nxt.base_offset if nxt is not None else leo
+            if bound >= upper and predicate(segment, nxt):
+                out.append(segment)
+            else:
+                break
+        return out
+
+    def _schedule_delete(self, doomed: list[LogSegment]) -> None:
+        """Rename the segments' files to ``*.deleted``; delete them after the delay."""
+        deadline = self._clock.time_ms() + self.config.file_delete_delay_ms
+        for segment in doomed:
+            paths = segment.rename_to_deleted()
+            self._pending_deletes.append(_PendingDelete(deadline, segment, paths))
+        if self.config.file_delete_delay_ms <= 0:
+            self.delete_pending_files()
+
+    def delete_pending_files(self) -> None:
+        """Physically delete the ``*.deleted`` files whose delay has passed."""
+        if not self._pending_deletes:
+            return
+        now = self._clock.time_ms()
+        keep: list[_PendingDelete] = []
+        for pending in self._pending_deletes:
+            if pending.deadline_ms <= now:
+                pending.segment.delete_files_now(pending.paths)
+            else:
+                keep.append(pending)
+        self._pending_deletes = keep
+
+    # ======================================================================================
+    # flush, close, delete
+    # ======================================================================================
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync every segment holding offsets below ``up_to`` (default: the log end) that
+        changed since its last flush, and move the recovery point to ``up_to``.
+
+        The one method that may run in a worker thread (``asyncio.to_thread``) while the
+        event loop keeps using the log: it works on a snapshot of the segment list, and it
+        does not move the recovery point if the log was truncated meanwhile.
+        """
+        self._check_open()
+        truncations = self._truncations
+        segments = self._segments.snapshot()
+        leo = segments[-1].next_offset
+        target = leo if up_to is None else min(up_to, leo)
+        for segment in segments:
+            if segment.base_offset < target:
+                segment.flush()
+        if self._dir_dirty:
+            self._dir_dirty = False
+            fsync_dir(self.dir)
+        if truncations == self._truncations:
+            self._recovery_point = max(self._recovery_point, target)
+            pending = self._pending_roll_flush
+            if pending is not None and pending <= target:
+                self._pending_roll_flush = None
+        self._last_flush_ms = self._clock.time_ms()
+
+    def close_handles(self) -> None:
+        """Close every file without flushing or writing anything (for a log being deleted,
+        or to simulate a crash in tests)."""
+        for segment in self._segments:
+            segment.close_handles()
+        for pending in self._pending_deletes:
+            pending.segment.close_handles()
+        self._closed = True
+
+    def delete(self) -> None:
+        """Remove the whole partition directory: close the files, rename the directory to
+        ``<name>.<uuid>-delete`` (so a crash leaves a name start-up finishes deleting), then
+        remove it."""
+        self.close_handles()
+        self._pending_deletes = []
+        target = self.dir.with_name(f"{self.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        try:
+            os.replace(self.dir, target)
+            fsync_dir(self.dir.parent)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(target, ignore_errors=True)
+        logger.info("deleted log %s", self.topic_partition)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.topic_partition}, start={self._log_start_offset}, "
+            f"end={self.log_end_offset}, segments={len(self._segments)})"
+        )

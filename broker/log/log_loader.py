@@ -1,0 +1,310 @@
+"""Opening a partition log from its directory: leftover files, segments, recovery (Kafka's
+``LogLoader``).
+
+Theory of operation. First the directory is cleaned of what interrupted operations left:
+``*.deleted``, ``*.cleaned`` and ``*.tmp`` files are removed; ``*.swap`` segments (a
+compaction's swap that did not finish) replace the segments they overlap, which is the
+cleaner's crash-safety contract; index files without a ``.log`` are removed.
+
+Then every segment is opened. Segments below the one holding the recovery point are trusted:
+their indexes are loaded and sanity-checked (rebuilt from the ``.log`` if missing or bad).
+Segments from the recovery point on are re-read batch by batch (framing, magic, CRC-32C,
+increasing offsets); at the first bad or torn batch the ``.log`` is truncated and every later
+segment deleted, so nothing corrupt is ever served. After a clean shutdown the whole log is
+trusted. The leader-epoch checkpoint is loaded (rebuilt from the batches if corrupt) and
+extended with the epochs of re-validated batches.
+
+Finally the producer state is rebuilt: the newest snapshot at or below the first recovered
+segment (or the log start) is loaded and the batch headers are replayed from there. The
+transaction markers met in the recovered segments rebuild those segments' ``.txnindex``
+(aborted transactions), so the aborted-transaction index is as durable as the ``.log``.
+
+Concurrency: runs once per log, before the log is shared (at broker start-up, in the log
+manager's worker thread, or when a partition is created).
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.clock import Clock
+from broker.config import LogConfig
+from broker.log.errors import CorruptCheckpointError
+from broker.log.leader_epoch import LeaderEpochFileCache
+from broker.log.log_segments import LogSegments
+from broker.log.producer_state import CompletedTxn, EndTxnMarkerInfo, ProducerStateManager
+from broker.log.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
+    LogSegment,
+    iter_headers,
+    segment_file,
+)
+from broker.log.transaction_index import AbortedTxn
+from broker.protocol.control_records import ControlType, InvalidControlRecordError, decode_marker
+from broker.protocol.records import BatchHeader, read_header
+
+__all__ = [
+    "CLEANED_SUFFIX",
+    "SWAP_SUFFIX",
+    "LoadedLog",
+    "LogLoader",
+    "marker_reader",
+]
+
+logger = logging.getLogger(__name__)
+
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+_SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex)(\.swap)?$")
+
+
+def marker_reader(segments: LogSegments) -> Callable[[BatchHeader], EndTxnMarkerInfo]:
+    """(aborted, coordinator epoch) of a control batch found by a header scan of
+    ``segments`` (a malformed marker counts as an abort from an unknown coordinator)."""
+
+    def read(header: BatchHeader) -> EndTxnMarkerInfo:
+        data = segments.read_batch(header)
+        try:
+            marker = decode_marker(data, read_header(data, 0))
+        except InvalidControlRecordError as exc:
+            logger.warning("malformed transaction marker at offset %d: %s", header.base_offset, exc)
+            return True, None
+        return marker.control_type is ControlType.ABORT, marker.coordinator_epoch
+
+    return read
+
+
+@dataclass(slots=True)
+class LoadedLog:
+    """What loading found: the segments and the log's offsets and caches."""
+
+    segments: LogSegments
+    log_start_offset: int
+    recovery_point: int
+    leader_epoch_cache: LeaderEpochFileCache
+    dir_dirty: bool
+
+
+class LogLoader:
+    """Loads and recovers one partition directory (see the module docstring)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        clock: Clock,
+        producer_state: ProducerStateManager,
+        leader_epoch_path: Path,
+        new_jitter: Callable[[], int],
+    ) -> None:
+        self.dir = directory
+        self.config = config
+        self._clock = clock
+        self._producer_state = producer_state
+        self._leader_epoch_path = leader_epoch_path
+        self._new_jitter = new_jitter
+
+    def load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> LoadedLog:
+        bases = self.clean_directory()
+        now = self._clock.time_ms()
+        segments = [
+            LogSegment.open(self.dir, b, created_ms=now, roll_jitter_ms=self._new_jitter())
+            for b in bases
+        ]
+        if clean_shutdown or not segments:
+            recover_from = len(segments)
+        else:
+            recover_from = max(bisect.bisect_right(bases, recovery_point) - 1, 0)
+        interval = self.config.index_interval_bytes
+        max_index = self.config.segment_index_bytes
+        recovered_epochs: list[tuple[int, int, int]] = []
+        kept: list[LogSegment] = []
+        min_offset = 0
+        truncated_at: int | None = None
+        dir_dirty = False
+        first_recovered: int | None = None
+        for i, seg in enumerate(segments):
+            if truncated_at is not None:
+                logger.warning(
+                    "%s: deleting segment %d after corruption", self.dir, seg.base_offset
+                )
+                seg.delete_files_now()
+                continue
+            if i < recover_from and seg.base_offset >= min_offset and seg.load_indexes():
+                pass
+            else:
+                if first_recovered is None:
+                    first_recovered = seg.base_offset
+                truncated = seg.recover(
+                    index_interval_bytes=interval,
+                    max_index_size=max_index,
+                    min_offset=min_offset,
+                    epochs=recovered_epochs,
+                )
+                if truncated and i >= recover_from:
+                    truncated_at = i
+                if i < len(segments) - 1 and truncated_at is None:
+                    seg.on_become_inactive()
+                seg.flush()
+            if seg.is_empty and kept and truncated_at is None and i < len(segments) - 1:
+                # an empty segment in the middle holds nothing: drop it
+                seg.delete_files_now()
+                continue
+            kept.append(seg)
+            min_offset = max(min_offset, seg.next_offset)
+        if not kept:
+            kept.append(
+                LogSegment.create(
+                    self.dir,
+                    max(log_start_offset, 0),
+                    max_index_size=max_index,
+                    created_ms=now,
+                    roll_jitter_ms=self._new_jitter(),
+                )
+            )
+            dir_dirty = True
+        log_segments = LogSegments(kept)
+        active = log_segments.active
+        if not active.active:
+            active.make_active(max_index)
+        for seg in kept[:-1]:
+            if seg.active:  # recovered as last before later segments were dropped
+                seg.on_become_inactive()
+                seg.flush()
+
+        leo = active.next_offset
+        start = max(log_start_offset, kept[0].base_offset)
+        # everything re-validated was also fsynced by seg.flush() above
+        point = leo if clean_shutdown or recover_from < len(segments) else min(recovery_point, leo)
+        cache = self._load_epoch_cache(log_segments, recovered_epochs, start)
+        if start <= leo:
+            cache.truncate_from_end(leo)
+            cache.truncate_from_start(start)
+            self.load_producer_state(log_segments, start, leo, first_recovered)
+        return LoadedLog(log_segments, start, point, cache, dir_dirty)
+
+    def load_producer_state(
+        self, segments: LogSegments, start: int, end: int, rebuild_from: int | None
+    ) -> None:
+        """Rebuild the producer state for ``[start, end)``; with ``rebuild_from``, the
+        aborted transactions whose markers lie at or after it are written to their
+        segments' ``.txnindex`` (those indexes were reset by recovery)."""
+        producer_state = self._producer_state
+
+        def record(completed: CompletedTxn) -> None:
+            if not completed.is_aborted:
+                return
+            lso = producer_state.last_stable_offset_for(completed)
+            segments.floor(completed.last_offset).txn_index.append(
+                AbortedTxn(
+                    completed.producer_id, completed.first_offset, completed.last_offset, lso
+                )
+            )
+
+        producer_state.load(
+            start,
+            end,
+            segments.batches_from,
+            marker_reader(segments),
+            replay_before=rebuild_from,
+            on_completed=record if rebuild_from is not None else None,
+        )
+
+    def clean_directory(self) -> list[int]:
+        """Finish interrupted operations in the directory and return the segment bases."""
+        swaps: list[int] = []
+        logs: set[int] = set()
+        indexes: list[tuple[int, Path]] = []
+        for entry in os.scandir(self.dir):
+            if not entry.is_file():
+                continue
+            name = entry.name
+            path = Path(entry.path)
+            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")):
+                logger.info("%s: removing leftover file %s", self.dir, name)
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                continue
+            m = _SEGMENT_FILE.match(name)
+            if m is None:
+                continue
+            base = int(m.group(1))
+            if m.group(3):
+                if m.group(2) == LOG_SUFFIX:
+                    swaps.append(base)
+                continue
+            if m.group(2) == LOG_SUFFIX:
+                logs.add(base)
+            else:
+                indexes.append((base, path))
+        for base in sorted(swaps):
+            self._complete_swap(base, logs)
+        for base, path in indexes:
+            if base not in logs:
+                logger.info("%s: removing orphan index %s", self.dir, path.name)
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        return sorted(logs)
+
+    def _complete_swap(self, base: int, logs: set[int]) -> None:
+        swap_log = segment_file(self.dir, base, LOG_SUFFIX + SWAP_SUFFIX)
+        fd = os.open(swap_log, os.O_RDONLY)
+        try:
+            end = base
+            for header in iter_headers(fd, 0, os.fstat(fd).st_size):
+                end = header.next_offset
+        finally:
+            os.close(fd)
+        for other in sorted(logs):
+            if base <= other < max(end, base + 1):
+                logger.info("%s: swap segment %d replaces segment %d", self.dir, base, other)
+                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX):
+                    with contextlib.suppress(FileNotFoundError):
+                        segment_file(self.dir, other, suffix).unlink()
+                logs.discard(other)
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX):
+            src = segment_file(self.dir, base, suffix + SWAP_SUFFIX)
+            if src.exists():
+                os.replace(src, segment_file(self.dir, base, suffix))
+        logs.add(base)
+
+    def _load_epoch_cache(
+        self,
+        segments: LogSegments,
+        recovered_epochs: list[tuple[int, int, int]],
+        log_start_offset: int,
+    ) -> LeaderEpochFileCache:
+        """Load the checkpoint (rebuilt from the batches at or after the log start if it is
+        corrupt) and add the epochs of re-validated batches it lacks."""
+
+        def leo() -> int:
+            return segments.active.next_offset
+
+        try:
+            loaded = LeaderEpochFileCache.load(self._leader_epoch_path, leo)
+        except CorruptCheckpointError:
+            logger.exception(
+                "%s: corrupt leader epoch checkpoint; rebuilding from the log", self.dir
+            )
+            loaded = LeaderEpochFileCache(self._leader_epoch_path, leo)
+            for header in segments.batches_from(log_start_offset):
+                epoch = header.partition_leader_epoch
+                if epoch >= 0 and epoch > loaded.latest_epoch:
+                    loaded.assign(epoch, header.base_offset)
+            loaded.flush()
+        for epoch, start, last in recovered_epochs:
+            if last >= log_start_offset and epoch > loaded.latest_epoch:
+                loaded.assign(epoch, max(start, log_start_offset))
+        return loaded
