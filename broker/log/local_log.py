@@ -81,7 +81,7 @@ class LocalLog:
         self._dir_dirty = False
         self._truncations = 0  # bumped by truncation, so a concurrent flush can tell
         self._closed = False
-        self.high_watermark: int | None = None
+        self._high_watermark: int | None = None
 
     # ======================================================================================
     # state
@@ -151,6 +151,20 @@ class LocalLog:
             or now - self._last_flush_ms >= config.flush_ms
         ):
             self.flush()
+
+    @property
+    def high_watermark(self) -> int | None:
+        """Set by the replication layer; retention never deletes a segment reaching above
+        it (None: no bound)."""
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, value: int | None) -> None:
+        self._high_watermark = value
+        self._on_high_watermark(value)
+
+    def _on_high_watermark(self, high_watermark: int | None) -> None:
+        """Hook for subclasses (the producer state learns which markers are replicated)."""
 
     # ======================================================================================
     # reads

@@ -38,6 +38,7 @@ the calling thread briefly.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,16 +61,19 @@ from broker.log.local_log import (
     parse_topic_partition,
 )
 from broker.log.log_loader import LogLoader, marker_reader
-from broker.log.producer_state import EndTxnMarkerInfo, ProducerStateManager
+from broker.log.producer_state import CompletedTxn, EndTxnMarkerInfo, ProducerStateManager
 from broker.log.segment import (
     FetchSlice,
     LogSegment,
 )
 from broker.log.time_index import NO_TIMESTAMP
+from broker.log.transaction_index import AbortedTxn
+from broker.protocol.control_records import EndTxnMarker, InvalidControlRecordError, decode_marker
 from broker.protocol.records import (
     ATTRIBUTES_OFFSET,
     BatchHeader,
     CorruptRecordError,
+    InvalidRecordError,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
@@ -78,6 +82,7 @@ from broker.types import TopicPartition
 
 __all__ = [
     "DELETE_DIR_SUFFIX",
+    "AppendOrigin",
     "AppendResult",
     "FetchSlice",
     "Log",
@@ -87,6 +92,15 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _Predicate = SegmentPredicate
+
+
+class AppendOrigin(enum.Enum):
+    """Who appends (Kafka's ``AppendOrigin``): a client's produce request is checked in full;
+    a coordinator's own write (markers, transactional offset commits) is trusted with its
+    producer's sequence numbers; replication goes through ``append_as_follower``."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,15 +252,23 @@ class Log(LocalLog):
     # ======================================================================================
 
     def append_as_leader(
-        self, buf: bytearray, batches: list[BatchHeader], *, leader_epoch: int
+        self,
+        buf: bytearray,
+        batches: list[BatchHeader],
+        *,
+        leader_epoch: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> AppendResult:
-        """Append client batches (already validated by ``records.validate_for_append``).
+        """Append client batches (already validated by ``records.validate_for_append``), or a
+        coordinator's own batches (``origin`` COORDINATOR: transaction markers, and
+        transactional offset commits whose sequence numbers are not checked).
 
         Assigns offsets from the log end by patching ``baseOffset`` in ``buf``, stamps
         ``partitionLeaderEpoch`` (and LogAppendTime when the topic uses it), answers an
         idempotent retry with the original offsets (``duplicate=True``, nothing written),
         rolls first when needed, writes, indexes, and flushes if ``flush.messages`` /
-        ``flush.ms`` say so.
+        ``flush.ms`` say so. A marker ends its producer's transaction (an aborted one goes to
+        the segment's ``.txnindex``).
         """
         self._check_open()
         if not batches:
@@ -255,9 +277,18 @@ class Log(LocalLog):
         now = self._clock.time_ms()
         producer_state = self.producer_state
         log_append_time = config.log_append_time
-        for header in batches:
-            if header.producer_id >= 0:
-                original = producer_state.check_batch(header)
+        markers: dict[int, EndTxnMarker] = {}
+        for i, header in enumerate(batches):
+            if header.is_control:
+                if origin is not AppendOrigin.COORDINATOR:
+                    raise InvalidRecordError("clients may not produce control batches")
+                marker = decode_marker(buf, header)
+                producer_state.check_marker(header, marker.coordinator_epoch)
+                markers[i] = marker
+            elif header.producer_id >= 0:
+                original = producer_state.check_batch(
+                    header, sequence=origin is AppendOrigin.CLIENT
+                )
                 if original is not None:
                     ts = original.timestamp
                     return AppendResult(
@@ -303,9 +334,10 @@ class Log(LocalLog):
         )
         if any(h.producer_id >= 0 for h in batches):
             base = first_offset
-            for header, (last, ts, _size) in zip(batches, infos, strict=True):
+            for i, (header, (last, ts, _size)) in enumerate(zip(batches, infos, strict=True)):
                 if header.producer_id >= 0:
-                    producer_state.update(
+                    found = markers.get(i)
+                    completed = producer_state.update(
                         dataclasses.replace(
                             header,
                             base_offset=base,
@@ -313,7 +345,11 @@ class Log(LocalLog):
                             max_timestamp=ts,
                         ),
                         now,
+                        coordinator_epoch=None if found is None else found.coordinator_epoch,
+                        aborted=found is not None and not found.is_commit,
                     )
+                    if completed is not None:
+                        self._complete_transaction(completed)
                 base = last + 1
         self._maybe_flush(now)
         return AppendResult(
@@ -385,7 +421,7 @@ class Log(LocalLog):
         )
         for header in batches:
             if header.producer_id >= 0:
-                self.producer_state.update(header, header.max_timestamp)
+                self._update_producer_as_follower(view, header)
         self._maybe_flush(now)
         return AppendResult(
             first_offset,
@@ -395,6 +431,48 @@ class Log(LocalLog):
             offset_of_max,
             self._log_start_offset,
         )
+
+    def _update_producer_as_follower(self, view: memoryview, header: BatchHeader) -> None:
+        """Producer state after a replicated batch (markers decoded from ``view``)."""
+        if not header.is_control:
+            self.producer_state.update(header, header.max_timestamp)
+            return
+        try:
+            marker = decode_marker(view, header)
+        except InvalidControlRecordError as exc:
+            logger.warning(
+                "%s: malformed marker at %d from the leader: %s",
+                self.topic_partition,
+                header.base_offset,
+                exc,
+            )
+            return
+        completed = self.producer_state.update(
+            header,
+            header.max_timestamp,
+            coordinator_epoch=marker.coordinator_epoch,
+            aborted=not marker.is_commit,
+        )
+        if completed is not None:
+            self._complete_transaction(completed)
+
+    def _complete_transaction(self, completed: CompletedTxn) -> None:
+        """A marker ended a transaction: an aborted one is recorded in the ``.txnindex`` of
+        the segment holding the marker (with the LSO right after it)."""
+        if completed.is_aborted:
+            lso = self.producer_state.last_stable_offset_for(completed)
+            self._segments.floor(completed.last_offset).txn_index.append(
+                AbortedTxn(
+                    completed.producer_id, completed.first_offset, completed.last_offset, lso
+                )
+            )
+        self.producer_state.complete_txn(completed)
+        if self.high_watermark is not None:
+            self.producer_state.on_high_watermark(self.high_watermark)
+
+    def _on_high_watermark(self, high_watermark: int | None) -> None:
+        if high_watermark is not None:
+            self.producer_state.on_high_watermark(high_watermark)
 
     def _maybe_roll(
         self, size: int, max_ts: int, first_offset: int, last_offset: int, count: int, now: int

@@ -288,12 +288,15 @@ class ProducerStateManager:
 
     # --- the produce path --------------------------------------------------------------
 
-    def check_batch(self, header: BatchHeader) -> BatchMetadata | None:
+    def check_batch(self, header: BatchHeader, *, sequence: bool = True) -> BatchMetadata | None:
         """Validate a client batch against the producer's state.
 
         Returns the metadata of the original batch when ``header`` repeats one of the
         retained batches (a retry), None when it should be appended. Raises
         InvalidProducerEpochError or OutOfOrderSequenceError. Does not mutate state.
+        With ``sequence`` False (a coordinator's own write of a producer's batch, such as a
+        transactional offset commit) only the epoch is checked, as Kafka does for
+        ``AppendOrigin.COORDINATOR``.
         """
         pid = header.producer_id
         if pid < 0 or header.attributes & CONTROL_MASK:
@@ -313,6 +316,12 @@ class ProducerStateManager:
                 f"expected a transactional write from producer {pid}: its transaction "
                 f"opened at offset {entry.current_txn_first_offset} is not finished"
             )
+        if not sequence:
+            if epoch < current_epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {pid} epoch {epoch} is older than its current epoch {current_epoch}"
+                )
+            return None
         if epoch != current_epoch:
             if epoch < current_epoch:
                 raise InvalidProducerEpochError(
