@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.log.log import AppendResult, FetchSlice, Log
+from broker.log.log import AppendOrigin, AppendResult, FetchSlice, Log
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import BatchHeader
 from broker.types import TopicPartition
@@ -174,7 +174,11 @@ class Partition:
     # --- leader: appends and the high watermark ----------------------------------------------
 
     def append_as_leader(
-        self, buf: bytearray, batches: list[BatchHeader], required_acks: int
+        self,
+        buf: bytearray,
+        batches: list[BatchHeader],
+        required_acks: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> AppendResult:
         if not self.is_leader:
             raise NotLeaderError(f"broker {self.broker_id} is not the leader of {self.tp}")
@@ -184,7 +188,9 @@ class Partition:
                 f"{self.tp} has {len(self.isr)} in-sync replicas, fewer than "
                 f"min.insync.replicas {min_isr}"
             )
-        result = self.log.append_as_leader(buf, batches, leader_epoch=self.leader_epoch)
+        result = self.log.append_as_leader(
+            buf, batches, leader_epoch=self.leader_epoch, origin=origin
+        )
         self.maybe_increment_high_watermark()
         return result
 

@@ -36,13 +36,15 @@ from broker.clock import Clock
 from broker.config import BrokerConfig, LogConfig
 from broker.log.checkpoints import OffsetCheckpointFile
 from broker.log.errors import OffsetOutOfRangeError
-from broker.log.log import FetchSlice
+from broker.log.log import AppendOrigin, FetchSlice
 from broker.log.log_manager import LogManager
+from broker.log.producer_state import ProducerEntry
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode, KafkaError, error_code_for
 from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.replication.partition import NotLeaderError, Partition, ReadResult
 from broker.replication.purgatory import Purgatory
+from broker.replication.transactions import TransactionSupport
 from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -134,6 +136,10 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task[None]] = []
         self.role_listeners: list[Callable[[TopicPartition, bool, int], None]] = []
         """Called with (partition, is_leader, leader_epoch) after every role change."""
+        self.transactions = TransactionSupport(
+            self, None, enabled=bool(config["transaction.partition.verification.enable"])
+        )
+        """Transaction verification (its ``verifier`` is wired by the broker) and markers."""
         self.fetchers = ReplicaFetcherManager(
             self,
             FetcherConfig(
@@ -271,6 +277,7 @@ class ReplicaManager:
         return results
 
     def _notify_role(self, tp: TopicPartition, is_leader: bool, leader_epoch: int) -> None:
+        self.transactions.forget(tp)
         for listener in self.role_listeners:
             try:
                 listener(tp, is_leader, leader_epoch)
@@ -436,11 +443,21 @@ class ReplicaManager:
         *,
         required_acks: int,
         timeout_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        transactional_id: str | None = None,
     ) -> dict[TopicPartition, ProduceResult]:
+        """Validate and append each partition's batches as leader; with acks=all wait for the
+        ISR. A client's transactional batches for a partition that has no open transaction
+        of the producer yet are first verified with the transaction coordinator (KIP-890);
+        a coordinator's own writes (``origin``) skip the producer's sequence checks."""
         results: dict[TopicPartition, ProduceResult] = {}
         waiting: dict[TopicPartition, int] = {}
+        if transactional_id is not None and origin is AppendOrigin.CLIENT:
+            results.update(await self.transactions.verify(transactional_id, entries))
         now = self.clock.time_ms()
         for tp, data in entries.items():
+            if tp in results:
+                continue
             try:
                 partition = self.leader_partition(tp)
                 if not data:
@@ -457,7 +474,7 @@ class ReplicaManager:
                     log_append_time=cfg.log_append_time,
                     compacted=cfg.compact,
                 )
-                appended = partition.append_as_leader(buf, validated.headers, required_acks)
+                appended = partition.append_as_leader(buf, validated.headers, required_acks, origin)
                 results[tp] = ProduceResult(
                     ErrorCode.none,
                     appended.first_offset,
@@ -474,10 +491,10 @@ class ReplicaManager:
                 log.exception("append to %s failed", tp)
                 results[tp] = ProduceResult(error_code_for(exc), error_message=str(exc))
         if waiting:
-            await self._await_acks(waiting, results, timeout_ms)
+            await self.await_acks(waiting, results, timeout_ms)
         return results
 
-    async def _await_acks(
+    async def await_acks(
         self,
         waiting: dict[TopicPartition, int],
         results: dict[TopicPartition, ProduceResult],
@@ -646,6 +663,17 @@ class ReplicaManager:
         if found is None or found[0] >= upper:
             return -1, -1, epoch
         return found[0], found[1], epoch
+
+    def describe_producers(self, tp: TopicPartition) -> list[ProducerEntry]:
+        """The active producers of a partition this broker hosts (leader or follower), for
+        DescribeProducers."""
+        partition = self.partitions.get(tp)
+        if partition is None:
+            raise UnknownTopicOrPartitionError(f"this broker does not host {tp}")
+        return sorted(
+            partition.log.producer_state.active_producers().values(),
+            key=lambda e: e.producer_id,
+        )
 
     def end_offset_for_epoch(
         self, tp: TopicPartition, leader_epoch: int, *, current_leader_epoch: int = -1

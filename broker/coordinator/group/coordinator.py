@@ -63,6 +63,7 @@ from broker.coordinator.group.offsets_topic import (
     OffsetValue,
     partition_for,
 )
+from broker.log.log import AppendOrigin
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.types import TopicPartition
 
@@ -458,12 +459,11 @@ class GroupCoordinator:
         own write, so its producer's sequence numbers are not checked (Kafka's
         AppendOrigin.COORDINATOR)."""
         tp = TopicPartition(OFFSETS_TOPIC, state.partition)
-        extra: dict[str, Any] = {"coordinator": True} if transactional else {}
         results = await self.replica_manager.append_records(
             {tp: blob},
             required_acks=-1,
             timeout_ms=int(self.config["offsets.commit.timeout.ms"]),
-            **extra,
+            origin=AppendOrigin.COORDINATOR if transactional else AppendOrigin.CLIENT,
         )
         code = results[tp].error
         if code in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition):

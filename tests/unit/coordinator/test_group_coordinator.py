@@ -41,7 +41,12 @@ class RecordingReplicaManager:
         self.error = ErrorCode.none
 
     async def append_records(
-        self, entries: dict[TopicPartition, bytes], *, required_acks: int, timeout_ms: int
+        self,
+        entries: dict[TopicPartition, bytes],
+        *,
+        required_acks: int,
+        timeout_ms: int,
+        origin: object = None,
     ) -> dict[TopicPartition, ProduceResult]:
         assert required_acks == -1, "commits must wait for the ISR"
         out = {}
