@@ -35,11 +35,15 @@ from broker.config import BrokerConfig
 from broker.controller import znodes
 from broker.controller.controller import Controller
 from broker.controller.zk_client import ZkClient
-from broker.coordinator.group.coordinator import GroupCoordinator
+from broker.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.coordinator.producer_ids import ProducerIdManager
+from broker.coordinator.transaction.coordinator import TransactionCoordinator
+from broker.coordinator.transaction.markers import TransactionMarkerChannel
+from broker.coordinator.transaction.verifier import TransactionVerifier
 from broker.log.log_manager import LogManager
 from broker.metadata.cache import MetadataCache
 from broker.metadata.topic_configs import TopicConfigManager
+from broker.network.broker_pool import BrokerPool
 from broker.network.client import BrokerConnection
 from broker.network.server import KafkaServer
 from broker.protocol import interbroker as _interbroker
@@ -70,6 +74,8 @@ class Broker:
         self.controller: Controller | None = None
         self.topic_configs: TopicConfigManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.txn_coordinator: TransactionCoordinator | None = None
+        self.broker_pool: BrokerPool | None = None
 
     async def start(self) -> None:
         cfg = self.config
@@ -111,6 +117,7 @@ class Broker:
             cfg, self.clock, self.broker_id, metadata, self.replica_manager, self.controller
         )
         self.replica_manager.role_listeners.append(self.group_coordinator.on_role_change)
+        txn_coordinator = self._transactions(metadata, producer_ids)
         services = BrokerServices(
             broker_id=self.broker_id,
             config=cfg,
@@ -121,9 +128,12 @@ class Broker:
             topic_configs=topic_configs,
             producer_ids=producer_ids,
             group_coordinator=self.group_coordinator,
+            txn_coordinator=txn_coordinator,
         )
         dispatcher = Dispatcher(services, cfg.listeners[0].name)
         self.controller.set_local_handler(dispatcher.handle_local)
+        assert self.broker_pool is not None
+        self.broker_pool.set_local_handler(dispatcher.handle_local)
         for listener in cfg.listeners:
             server = KafkaServer(
                 listener.host,
@@ -138,6 +148,7 @@ class Broker:
             self.servers.append(server)
         self.replica_manager.start()
         self.group_coordinator.start()
+        txn_coordinator.start()
         await zk.register_broker(
             znodes.BrokerIdZNode.create(
                 self.broker_id,
@@ -153,6 +164,41 @@ class Broker:
         await self.controller.startup()
         self._start_periodic_tasks()
         log.info("broker %d started (cluster %s)", self.broker_id, cluster_id)
+
+    def _transactions(
+        self, metadata: MetadataCache, producer_ids: ProducerIdManager
+    ) -> TransactionCoordinator:
+        """The transaction coordinator, its marker channel and the partition leaders'
+        verification of transactional writes, over one pool of inter-broker connections."""
+        assert self.replica_manager is not None and self.controller is not None
+        cfg = self.config
+        rm = self.replica_manager
+
+        def address_of(broker_id: int) -> tuple[str, int] | None:
+            broker = metadata.broker(broker_id)
+            return None if broker is None else (broker.host, broker.port)
+
+        self.broker_pool = pool = BrokerPool(
+            self.broker_id,
+            address_of,
+            client_id=f"broker-{self.broker_id}-transactions",
+            request_timeout_s=cfg["request.timeout.ms"] / 1000.0,
+        )
+        markers = TransactionMarkerChannel(metadata, pool)
+        self.txn_coordinator = coordinator = TransactionCoordinator(
+            cfg, self.clock, self.broker_id, metadata, rm, producer_ids, self.controller, markers
+        )
+        rm.role_listeners.append(coordinator.on_role_change)
+        rm.transactions.verifier = TransactionVerifier(self.broker_id, metadata, coordinator, pool)
+        group = self.group_coordinator
+        assert group is not None
+
+        def on_marker(tp: TopicPartition, producer_id: int, commit: bool) -> None:
+            if tp.topic == OFFSETS_TOPIC:
+                group.complete_transaction(tp.partition, producer_id, commit)
+
+        rm.transactions.marker_listeners.append(on_marker)
+        return coordinator
 
     async def _alter_isr(
         self,
@@ -238,6 +284,10 @@ class Broker:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.txn_coordinator is not None:
+            await self.txn_coordinator.shutdown()
+        if self.broker_pool is not None:
+            await self.broker_pool.close()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
         if self.replica_manager is not None:

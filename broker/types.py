@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NewType
 
@@ -20,3 +21,14 @@ class TopicPartition:
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+def group_by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    """Partitions per topic, topics and partitions in first-seen order, without repeats."""
+    out: dict[str, list[int]] = {}
+    seen: set[TopicPartition] = set()
+    for tp in partitions:
+        if tp not in seen:
+            seen.add(tp)
+            out.setdefault(tp.topic, []).append(tp.partition)
+    return out

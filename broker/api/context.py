@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from broker.controller.controller import Controller
     from broker.coordinator.group.coordinator import GroupCoordinator
     from broker.coordinator.producer_ids import ProducerIdManager
+    from broker.coordinator.transaction.coordinator import TransactionCoordinator
     from broker.metadata.cache import MetadataCache
     from broker.metadata.topic_configs import TopicConfigManager
     from broker.protocol.response import ConnectionInfo
@@ -39,6 +40,7 @@ class BrokerServices:
     topic_configs: TopicConfigManager
     producer_ids: ProducerIdManager
     group_coordinator: GroupCoordinator
+    txn_coordinator: TransactionCoordinator
 
 
 @dataclass(slots=True)

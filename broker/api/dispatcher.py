@@ -36,6 +36,8 @@ from broker.api import (
     reassignments,
     records_admin,
     topics,
+    transactions,
+    txn_partitions,
 )
 from broker.api.context import BrokerServices, RequestContext
 from broker.protocol import registry
@@ -88,6 +90,14 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: reassignments.handle_list_partition_reassignments,
     ApiKey.OFFSET_DELETE: offsets.handle_offset_delete,
     ApiKey.DESCRIBE_CLUSTER: describe_cluster.handle,
+    ApiKey.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets_to_txn,
+    ApiKey.END_TXN: transactions.handle_end_txn,
+    ApiKey.WRITE_TXN_MARKERS: txn_partitions.handle_write_txn_markers,
+    ApiKey.TXN_OFFSET_COMMIT: offsets.handle_txn_offset_commit,
+    ApiKey.DESCRIBE_PRODUCERS: txn_partitions.handle_describe_producers,
+    ApiKey.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: transactions.handle_list_transactions,
 }
 assert set(HANDLERS) == set(registry.SUPPORTED_APIS), "registry and handlers disagree"
 

@@ -8,8 +8,9 @@ are not advertised; every client here settles on v4 or below (librdkafka uses at
 
 Group keys go to the group coordinator, which answers the leader of the key's
 ``__consumer_offsets`` partition (creating the topic on first use) or
-COORDINATOR_NOT_AVAILABLE while there is none, so clients retry. The transaction coordinator
-does not exist yet: transaction keys get COORDINATOR_NOT_AVAILABLE with a message saying why.
+COORDINATOR_NOT_AVAILABLE while there is none, so clients retry. Transaction keys go to the
+transaction coordinator: the leader of the key's ``__transaction_state`` partition (the topic
+is created on first use).
 An unknown key type is INVALID_REQUEST (Kafka's ``CoordinatorType.forId``). As in Kafka, an
 empty group key is looked up like any other (the group APIs then reject it).
 
@@ -47,11 +48,12 @@ async def lookup(
             return error, None, node_id, host, port
         return (error, _message(error), *NO_NODE)
     if key_type == TRANSACTION:
-        return (
-            ErrorCode.coordinator_not_available,
-            "transactions are not supported by this Millrace version yet",
-            *NO_NODE,
-        )
+        if not key:
+            return ErrorCode.invalid_request, "the transactional id is empty", *NO_NODE
+        error, node_id, host, port = await ctx.services.txn_coordinator.find_coordinator(key)
+        if error is ErrorCode.none:
+            return error, None, node_id, host, port
+        return (error, _message(error), *NO_NODE)
     return (
         ErrorCode.invalid_request,
         f"unknown coordinator key type {key_type} (0 = group, 1 = transaction)",

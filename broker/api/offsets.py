@@ -130,9 +130,13 @@ async def _fetch_group(
     partitions: list[TopicPartition] | None,
     topic_cls: type[Any],
     part_cls: type[Any],
+    require_stable: bool = False,
 ) -> tuple[ErrorCode, tuple[Any, ...]]:
-    """One group's (error, response topics)."""
-    error, results = await ctx.services.group_coordinator.fetch_offsets(group_id, partitions)
+    """One group's (error, response topics); with ``require_stable`` (v7+) a partition whose
+    offset waits for a transaction's marker answers UNSTABLE_OFFSET_COMMIT."""
+    error, results = await ctx.services.group_coordinator.fetch_offsets(
+        group_id, partitions, require_stable
+    )
     if error is not ErrorCode.none:
         if ctx.version >= 2 or partitions is None:
             return error, ()
@@ -167,6 +171,7 @@ async def handle_offset_fetch(
 ) -> messages.OffsetFetchResponse:
     version = ctx.version
     cls = registry.response_class(ApiKey.OFFSET_FETCH, version)
+    stable = bool(getattr(request, "require_stable", False))
     if isinstance(request, OffsetFetchRequestV8):
         group_cls = registry.nested(cls, "OffsetFetchResponseGroup")
         topic_cls = registry.nested(cls, "OffsetFetchResponseTopics")
@@ -174,7 +179,7 @@ async def handle_offset_fetch(
         groups = []
         for g in request.groups:
             error, topics = await _fetch_group(
-                ctx, str(g.group_id), _requested(g.topics), topic_cls, part_cls
+                ctx, str(g.group_id), _requested(g.topics), topic_cls, part_cls, stable
             )
             groups.append(
                 registry.build(group_cls, group_id=g.group_id, topics=topics, error_code=error)
@@ -183,9 +188,69 @@ async def handle_offset_fetch(
     topic_cls = registry.nested(cls, "OffsetFetchResponseTopic")
     part_cls = registry.nested(cls, "OffsetFetchResponsePartition")
     error, topics = await _fetch_group(
-        ctx, str(request.group_id), _requested(request.topics), topic_cls, part_cls
+        ctx, str(request.group_id), _requested(request.topics), topic_cls, part_cls, stable
     )
     return registry.build(cls, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
+
+
+# --- TxnOffsetCommit -----------------------------------------------------------------------
+
+
+async def handle_txn_offset_commit(
+    ctx: RequestContext, request: messages.TxnOffsetCommitRequest
+) -> messages.TxnOffsetCommitResponse:
+    """TxnOffsetCommit (28) v0-4: offsets committed inside a producer's transaction; they
+    become the group's offsets when the transaction commits (its marker reaches the offsets
+    partition) and vanish if it aborts. v3+ carries the group generation and member, checked
+    as for OffsetCommit."""
+    cls = registry.response_class(ApiKey.TXN_OFFSET_COMMIT, ctx.version)
+    topic_cls = registry.nested(cls, "TxnOffsetCommitResponseTopic")
+    part_cls = registry.nested(cls, "TxnOffsetCommitResponsePartition")
+    cache = ctx.services.metadata
+    order: list[TopicPartition] = []
+    offsets: dict[TopicPartition, tuple[int, int, str | None]] = {}
+    errors: dict[TopicPartition, ErrorCode] = {}
+    for topic in request.topics:
+        name = str(topic.name)
+        known = cache.topic(name) is not None
+        for p in topic.partitions:
+            tp = TopicPartition(name, int(p.partition_index))
+            order.append(tp)
+            if not known:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+                continue
+            offsets[tp] = (
+                int(p.committed_offset),
+                int(getattr(p, "committed_leader_epoch", NO_EPOCH)),
+                p.committed_metadata,
+            )
+    if offsets:
+        results = await ctx.services.group_coordinator.txn_commit_offsets(
+            str(request.group_id),
+            producer_id=int(request.producer_id),
+            producer_epoch=int(request.producer_epoch),
+            member_id=str(getattr(request, "member_id", "")),
+            generation_id=int(getattr(request, "generation_id", -1)),
+            group_instance_id=getattr(request, "group_instance_id", None),
+            offsets=offsets,
+        )
+        for tp in offsets:
+            errors[tp] = results.get(tp, ErrorCode.unknown_server_error)
+    return registry.build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            registry.build(
+                topic_cls,
+                name=topic,
+                partitions=tuple(
+                    registry.build(part_cls, partition_index=p, error_code=code)
+                    for p, code in parts
+                ),
+            )
+            for topic, parts in _by_topic(order, errors).items()
+        ),
+    )
 
 
 # --- OffsetDelete --------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 
 acks=0 sends no response; acks=1 answers after the leader's append; acks=-1 (all) answers
 once the in-sync replicas have the records (the replica manager's purgatory), or with
-REQUEST_TIMED_OUT after the request's timeout. Transactional produce arrives with the
-transactions issue; until then a request carrying a transactional id is refused with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients treat as fatal rather than retrying.
+REQUEST_TIMED_OUT after the request's timeout. A request carrying a ``transactional_id``
+appends its transactional batches; the first one of a transaction on a partition is
+verified with the transaction coordinator first (KIP-890, see
+``broker/replication/transactions.py``).
 """
 
 from __future__ import annotations
@@ -34,12 +35,7 @@ async def handle(
     for topic in request.topic_data:
         for part in topic.partition_data:
             tp = TopicPartition(topic.name, int(part.index))
-            if request.transactional_id is not None:
-                results[tp] = ProduceResult(
-                    ErrorCode.transactional_id_authorization_failed,
-                    error_message="transactions are not supported yet",
-                )
-            elif acks not in (0, 1, -1):
+            if acks not in (0, 1, -1):
                 results[tp] = ProduceResult(ErrorCode.invalid_required_acks)
             else:
                 entries[tp] = part.records
@@ -47,7 +43,10 @@ async def handle(
     if entries:
         results.update(
             await ctx.services.replica_manager.append_records(
-                entries, required_acks=acks, timeout_ms=timeout_ms
+                entries,
+                required_acks=acks,
+                timeout_ms=timeout_ms,
+                transactional_id=request.transactional_id,
             )
         )
     if acks == 0:

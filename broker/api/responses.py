@@ -17,22 +17,11 @@ from typing import Any
 
 from broker.protocol import registry
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.types import TopicPartition
+from broker.types import TopicPartition, group_by_topic
 
 __all__ = ["group_by_topic", "per_partition"]
 
 Fields = Mapping[str, Any]
-
-
-def group_by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
-    """Partitions per topic, topics and partitions in first-seen order, without repeats."""
-    out: dict[str, list[int]] = {}
-    seen: set[TopicPartition] = set()
-    for tp in partitions:
-        if tp not in seen:
-            seen.add(tp)
-            out.setdefault(tp.topic, []).append(tp.partition)
-    return out
 
 
 def per_partition(

@@ -36,7 +36,7 @@ class BrokerPool:
         self,
         broker_id: int,
         address_of: AddressOf,
-        local_handler: LocalHandler,
+        local_handler: LocalHandler | None = None,
         *,
         client_id: str,
         request_timeout_s: float = 30.0,
@@ -57,6 +57,8 @@ class BrokerPool:
         if self._closed:
             raise ConnectionError("the broker pool is closed")
         if target == self.broker_id:
+            if self._local_handler is None:
+                raise ConnectionError("no local handler for requests to this broker")
             return await self._local_handler(api_key, api_version, body)
         conn = await self._connection(target)
         try:
@@ -64,6 +66,10 @@ class BrokerPool:
         except (ConnectionError, TimeoutError):
             self._drop(target, conn)
             raise
+
+    def set_local_handler(self, handler: LocalHandler) -> None:
+        """How requests for this broker itself are served (the dispatcher, no socket)."""
+        self._local_handler = handler
 
     async def _connection(self, target: int) -> BrokerConnection:
         lock = self._locks.setdefault(target, asyncio.Lock())

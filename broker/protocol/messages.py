@@ -15,6 +15,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import TypeAlias
 
+    from kio.schema.add_offsets_to_txn import v0 as add_offsets_to_txn_v0
+    from kio.schema.add_offsets_to_txn import v1 as add_offsets_to_txn_v1
+    from kio.schema.add_offsets_to_txn import v2 as add_offsets_to_txn_v2
+    from kio.schema.add_offsets_to_txn import v3 as add_offsets_to_txn_v3
+    from kio.schema.add_offsets_to_txn import v4 as add_offsets_to_txn_v4
+    from kio.schema.add_partitions_to_txn import v0 as add_partitions_to_txn_v0
+    from kio.schema.add_partitions_to_txn import v1 as add_partitions_to_txn_v1
+    from kio.schema.add_partitions_to_txn import v2 as add_partitions_to_txn_v2
+    from kio.schema.add_partitions_to_txn import v3 as add_partitions_to_txn_v3
+    from kio.schema.add_partitions_to_txn import v4 as add_partitions_to_txn_v4
     from kio.schema.alter_configs import v0 as alter_configs_v0
     from kio.schema.alter_configs import v1 as alter_configs_v1
     from kio.schema.alter_configs import v2 as alter_configs_v2
@@ -58,9 +68,16 @@ if TYPE_CHECKING:
     from kio.schema.describe_groups import v3 as describe_groups_v3
     from kio.schema.describe_groups import v4 as describe_groups_v4
     from kio.schema.describe_groups import v5 as describe_groups_v5
+    from kio.schema.describe_producers import v0 as describe_producers_v0
+    from kio.schema.describe_transactions import v0 as describe_transactions_v0
     from kio.schema.elect_leaders import v0 as elect_leaders_v0
     from kio.schema.elect_leaders import v1 as elect_leaders_v1
     from kio.schema.elect_leaders import v2 as elect_leaders_v2
+    from kio.schema.end_txn import v0 as end_txn_v0
+    from kio.schema.end_txn import v1 as end_txn_v1
+    from kio.schema.end_txn import v2 as end_txn_v2
+    from kio.schema.end_txn import v3 as end_txn_v3
+    from kio.schema.end_txn import v4 as end_txn_v4
     from kio.schema.fetch import v4 as fetch_v4
     from kio.schema.fetch import v5 as fetch_v5
     from kio.schema.fetch import v6 as fetch_v6
@@ -117,6 +134,8 @@ if TYPE_CHECKING:
     from kio.schema.list_offsets import v6 as list_offsets_v6
     from kio.schema.list_offsets import v7 as list_offsets_v7
     from kio.schema.list_partition_reassignments import v0 as list_partition_reassignments_v0
+    from kio.schema.list_transactions import v0 as list_transactions_v0
+    from kio.schema.list_transactions import v1 as list_transactions_v1
     from kio.schema.metadata import v0 as metadata_v0
     from kio.schema.metadata import v1 as metadata_v1
     from kio.schema.metadata import v2 as metadata_v2
@@ -162,6 +181,12 @@ if TYPE_CHECKING:
     from kio.schema.sync_group import v3 as sync_group_v3
     from kio.schema.sync_group import v4 as sync_group_v4
     from kio.schema.sync_group import v5 as sync_group_v5
+    from kio.schema.txn_offset_commit import v0 as txn_offset_commit_v0
+    from kio.schema.txn_offset_commit import v1 as txn_offset_commit_v1
+    from kio.schema.txn_offset_commit import v2 as txn_offset_commit_v2
+    from kio.schema.txn_offset_commit import v3 as txn_offset_commit_v3
+    from kio.schema.txn_offset_commit import v4 as txn_offset_commit_v4
+    from kio.schema.write_txn_markers import v1 as write_txn_markers_v1
 
     from broker.protocol import interbroker
 
@@ -493,6 +518,64 @@ if TYPE_CHECKING:
         | offset_for_leader_epoch_v3.OffsetForLeaderEpochResponse
         | offset_for_leader_epoch_v4.OffsetForLeaderEpochResponse
     )
+    AddPartitionsToTxnRequest: TypeAlias = (
+        add_partitions_to_txn_v0.AddPartitionsToTxnRequest
+        | add_partitions_to_txn_v1.AddPartitionsToTxnRequest
+        | add_partitions_to_txn_v2.AddPartitionsToTxnRequest
+        | add_partitions_to_txn_v3.AddPartitionsToTxnRequest
+        | add_partitions_to_txn_v4.AddPartitionsToTxnRequest
+    )
+    AddPartitionsToTxnResponse: TypeAlias = (
+        add_partitions_to_txn_v0.AddPartitionsToTxnResponse
+        | add_partitions_to_txn_v1.AddPartitionsToTxnResponse
+        | add_partitions_to_txn_v2.AddPartitionsToTxnResponse
+        | add_partitions_to_txn_v3.AddPartitionsToTxnResponse
+        | add_partitions_to_txn_v4.AddPartitionsToTxnResponse
+    )
+    AddOffsetsToTxnRequest: TypeAlias = (
+        add_offsets_to_txn_v0.AddOffsetsToTxnRequest
+        | add_offsets_to_txn_v1.AddOffsetsToTxnRequest
+        | add_offsets_to_txn_v2.AddOffsetsToTxnRequest
+        | add_offsets_to_txn_v3.AddOffsetsToTxnRequest
+        | add_offsets_to_txn_v4.AddOffsetsToTxnRequest
+    )
+    AddOffsetsToTxnResponse: TypeAlias = (
+        add_offsets_to_txn_v0.AddOffsetsToTxnResponse
+        | add_offsets_to_txn_v1.AddOffsetsToTxnResponse
+        | add_offsets_to_txn_v2.AddOffsetsToTxnResponse
+        | add_offsets_to_txn_v3.AddOffsetsToTxnResponse
+        | add_offsets_to_txn_v4.AddOffsetsToTxnResponse
+    )
+    EndTxnRequest: TypeAlias = (
+        end_txn_v0.EndTxnRequest
+        | end_txn_v1.EndTxnRequest
+        | end_txn_v2.EndTxnRequest
+        | end_txn_v3.EndTxnRequest
+        | end_txn_v4.EndTxnRequest
+    )
+    EndTxnResponse: TypeAlias = (
+        end_txn_v0.EndTxnResponse
+        | end_txn_v1.EndTxnResponse
+        | end_txn_v2.EndTxnResponse
+        | end_txn_v3.EndTxnResponse
+        | end_txn_v4.EndTxnResponse
+    )
+    WriteTxnMarkersRequest: TypeAlias = write_txn_markers_v1.WriteTxnMarkersRequest
+    WriteTxnMarkersResponse: TypeAlias = write_txn_markers_v1.WriteTxnMarkersResponse
+    TxnOffsetCommitRequest: TypeAlias = (
+        txn_offset_commit_v0.TxnOffsetCommitRequest
+        | txn_offset_commit_v1.TxnOffsetCommitRequest
+        | txn_offset_commit_v2.TxnOffsetCommitRequest
+        | txn_offset_commit_v3.TxnOffsetCommitRequest
+        | txn_offset_commit_v4.TxnOffsetCommitRequest
+    )
+    TxnOffsetCommitResponse: TypeAlias = (
+        txn_offset_commit_v0.TxnOffsetCommitResponse
+        | txn_offset_commit_v1.TxnOffsetCommitResponse
+        | txn_offset_commit_v2.TxnOffsetCommitResponse
+        | txn_offset_commit_v3.TxnOffsetCommitResponse
+        | txn_offset_commit_v4.TxnOffsetCommitResponse
+    )
     DescribeConfigsRequest: TypeAlias = (
         describe_configs_v1.DescribeConfigsRequest
         | describe_configs_v2.DescribeConfigsRequest
@@ -576,4 +659,15 @@ if TYPE_CHECKING:
     )
     DescribeClusterResponse: TypeAlias = (
         describe_cluster_v0.DescribeClusterResponse | describe_cluster_v1.DescribeClusterResponse
+    )
+    DescribeProducersRequest: TypeAlias = describe_producers_v0.DescribeProducersRequest
+    DescribeProducersResponse: TypeAlias = describe_producers_v0.DescribeProducersResponse
+    DescribeTransactionsRequest: TypeAlias = describe_transactions_v0.DescribeTransactionsRequest
+    DescribeTransactionsResponse: TypeAlias = describe_transactions_v0.DescribeTransactionsResponse
+    ListTransactionsRequest: TypeAlias = (
+        list_transactions_v0.ListTransactionsRequest | list_transactions_v1.ListTransactionsRequest
+    )
+    ListTransactionsResponse: TypeAlias = (
+        list_transactions_v0.ListTransactionsResponse
+        | list_transactions_v1.ListTransactionsResponse
     )

@@ -54,6 +54,11 @@ SUPPORTED_APIS: dict[ApiKey, tuple[str, int, int]] = {
     ApiKey.DELETE_RECORDS: ("DeleteRecords", 0, 2),
     ApiKey.INIT_PRODUCER_ID: ("InitProducerId", 0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: ("OffsetForLeaderEpoch", 2, 4),
+    ApiKey.ADD_PARTITIONS_TO_TXN: ("AddPartitionsToTxn", 0, 4),
+    ApiKey.ADD_OFFSETS_TO_TXN: ("AddOffsetsToTxn", 0, 4),
+    ApiKey.END_TXN: ("EndTxn", 0, 4),
+    ApiKey.WRITE_TXN_MARKERS: ("WriteTxnMarkers", 1, 1),
+    ApiKey.TXN_OFFSET_COMMIT: ("TxnOffsetCommit", 0, 4),
     ApiKey.DESCRIBE_CONFIGS: ("DescribeConfigs", 1, 4),
     ApiKey.ALTER_CONFIGS: ("AlterConfigs", 0, 2),
     ApiKey.CREATE_PARTITIONS: ("CreatePartitions", 0, 3),
@@ -64,6 +69,9 @@ SUPPORTED_APIS: dict[ApiKey, tuple[str, int, int]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ("ListPartitionReassignments", 0, 0),
     ApiKey.OFFSET_DELETE: ("OffsetDelete", 0, 0),
     ApiKey.DESCRIBE_CLUSTER: ("DescribeCluster", 0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: ("DescribeProducers", 0, 0),
+    ApiKey.DESCRIBE_TRANSACTIONS: ("DescribeTransactions", 0, 0),
+    ApiKey.LIST_TRANSACTIONS: ("ListTransactions", 0, 1),
 }
 
 

@@ -125,7 +125,7 @@ class FakeCoordinator:
         return {tp: self.commit_errors.get(tp, E.none) for tp in kwargs["offsets"]}
 
     async def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None
+        self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool = False
     ) -> tuple[ErrorCode, dict[TopicPartition, tuple[int, int, str, ErrorCode]]]:
         self.calls.append(("fetch", (group_id, partitions)))
         error = self.group_errors.get(group_id, E.none)
@@ -197,7 +197,11 @@ def send(
     """Encode ``request`` with kafka-python, dispatch it, decode the answer both ways."""
     request.with_header(correlation_id=42, client_id="kp-client")
     frame = bytes(request.encode(version=version, header=True))
-    services = SimpleNamespace(group_coordinator=coordinator, metadata=FakeMetadata(set(topics)))
+    services = SimpleNamespace(
+        group_coordinator=coordinator,
+        txn_coordinator=FakeTxnCoordinator(),
+        metadata=FakeMetadata(set(topics)),
+    )
     dispatcher = Dispatcher(cast(Any, services))
     conn = ConnectionInfo("127.0.0.1:50123", "PLAINTEXT", 1)
     response = asyncio.run(dispatcher(conn, frame))
@@ -293,18 +297,33 @@ def test_find_coordinator_not_available(coordinator: FakeCoordinator, version: i
     )
 
 
+class FakeTxnCoordinator:
+    """Answers FindCoordinator for transactional ids: broker 3 coordinates ``txn-a``."""
+
+    async def find_coordinator(self, key: str) -> tuple[ErrorCode, int, str, int]:
+        if key == "txn-a":
+            return E.none, 3, "broker3.local", 9094
+        return E.coordinator_not_available, -1, "", -1
+
+
 @pytest.mark.parametrize("version", [1, 3, 4])
-@pytest.mark.parametrize(
-    ("key_type", "error"), [(1, E.coordinator_not_available), (7, E.invalid_request)]
-)
-def test_find_coordinator_other_key_types(
-    coordinator: FakeCoordinator, version: int, key_type: int, error: ErrorCode
-) -> None:
-    r = send(coordinator, find_request(key_type=key_type), version).kio
+def test_find_coordinator_unknown_key_type(coordinator: FakeCoordinator, version: int) -> None:
+    r = send(coordinator, find_request(key_type=7), version).kio
     entry = r.coordinators[0] if version >= 4 else r
-    assert (entry.error_code, entry.node_id, entry.port) == (error, -1, -1)
+    assert (entry.error_code, entry.node_id, entry.port) == (E.invalid_request, -1, -1)
     assert entry.error_message
     assert coordinator.calls == []
+
+
+@pytest.mark.parametrize("version", [1, 3, 4])
+def test_find_coordinator_for_transactional_ids(coordinator: FakeCoordinator, version: int) -> None:
+    r = send(coordinator, find_request(key_type=1, keys=("txn-a",)), version).kio
+    entry = r.coordinators[0] if version >= 4 else r
+    assert (entry.error_code, entry.node_id, entry.port) == (E.none, 3, 9094)
+    r = send(coordinator, find_request(key_type=1, keys=("txn-b",)), version).kio
+    entry = r.coordinators[0] if version >= 4 else r
+    assert (entry.error_code, entry.node_id) == (E.coordinator_not_available, -1)
+    assert coordinator.calls == []  # the group coordinator is not asked
 
 
 # --- JoinGroup -----------------------------------------------------------------------------
