@@ -77,7 +77,18 @@ public class TxnCheck {
         return tps;
     }
 
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
+        try {
+            run(args);
+        } catch (Throwable e) {
+            System.out.println("FAIL " + e);
+            e.printStackTrace(System.out);
+            System.exit(1);
+        }
+        System.exit(0);
+    }
+
+    static void run(String[] args) throws Exception {
         String bootstrap = args[0], prefix = args[1];
         int n = Integer.parseInt(args[2]);
         String data = prefix + "-data", input = prefix + "-in", output = prefix + "-out", slow = prefix + "-slow";
@@ -93,6 +104,7 @@ public class TxnCheck {
             for (int t = 0; t < 6; t++) {
                 p.beginTransaction();
                 for (int i = 0; i < n; i++) p.send(new ProducerRecord<>(data, i % 3, "t" + t + "-" + i, t % 2 == 0 ? "commit" : "abort"));
+                p.flush();  // abortTransaction drops what was not sent yet
                 if (t % 2 == 0) { p.commitTransaction(); committed += n; } else p.abortTransaction();
             }
         }
@@ -132,8 +144,10 @@ public class TxnCheck {
                 Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
                 for (ConsumerRecord<String, String> r : recs) {
                     p.send(new ProducerRecord<>(output, r.partition(), r.key(), r.value().toUpperCase()));
-                    offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
                 }
+                // the consumer's position (past any transaction marker), as Kafka's
+                // TransactionalMessageCopier commits it
+                for (TopicPartition tp : recs.partitions()) offsets.put(tp, new OffsetAndMetadata(c.position(tp)));
                 p.sendOffsetsToTransaction(offsets, c.groupMetadata());
                 if (round++ == 0) {
                     p.abortTransaction();  // the first batch is aborted: no output, no offsets
