@@ -387,3 +387,30 @@ def test_transaction_tools_list_describe_and_abort_a_hanging_transaction(
     wait_for(lambda: _lso(cluster, topic, 1) == [hanging_at + 2], 30, "the LSO after the abort")
     values = [m.value() for m in _read(cluster, topic, 1, "read_committed")]
     assert values == [b"open"]
+
+
+def test_dump_log_shows_markers_and_kafka_reads_our_txnindex(
+    cluster: Any, kafka_tool: Tool
+) -> None:
+    topic = cluster.create_topic("txn-dump", 1, replication_factor=3)
+    p = _producer(cluster, "txn-dump")
+    p.init_transactions(60)
+    for commit in (False, True):
+        p.begin_transaction()
+        p.produce(topic, value=b"v")
+        p.flush(30)
+        p.commit_transaction(60) if commit else p.abort_transaction(60)
+    leader = cluster.leader_of(topic, 0)
+    wait_for(lambda: _lso(cluster, topic, 1) == [4], 30, "both transactions decided")
+    segment = cluster.segment_files(topic, 0, leader)[0]
+    txnindex = segment.with_suffix(".txnindex")
+    assert txnindex.exists()
+    ours = cluster.cli("dump-log", "--files", str(segment), str(txnindex), "--print-data-log")
+    assert "isTransactional: true" in ours
+    assert "endTxnMarker: ABORT coordinatorEpoch:" in ours
+    assert "endTxnMarker: COMMIT coordinatorEpoch:" in ours
+    theirs = ok(kafka_tool("kafka.tools.DumpLogSegments", "--files", str(txnindex)))
+    entry = [line for line in theirs.splitlines() if "producerId" in line]
+    assert len(entry) == 1, theirs
+    assert "firstOffset: 0 lastOffset: 1 lastStableOffset: 2" in entry[0], entry
+    assert entry[0].split("producerId: ")[1].split()[0] in ours
