@@ -53,10 +53,12 @@ format: setup
 demo: setup
 	$(PY) -m broker.cli.demo
 
-# Millrace beside Apache Kafka (bench/compare.py: workloads 1-6, BENCHMARKS.md + benchmarks/*.png),
-# then the Millrace-only cluster fail-over and consumer-group measurements. Progress on stderr.
+# Millrace beside Apache Kafka (bench/compare.py: workloads 1-6, BENCHMARKS.md + benchmarks/*.png;
+# bench/transactions.py: transactional produce and read_committed reads), then the
+# Millrace-only cluster fail-over and consumer-group measurements. Progress on stderr.
 bench: setup
 	$(PY) -m bench.compare
+	$(PY) -m bench.transactions --records 200000 --per-txn 1000 --runs 3
 	$(PY) -m bench.cluster --records 1000000 --runs 3 --kills 3
 	$(PY) -m bench.groups --rebalances 5 --commit-seconds 20 --threads 4
 

@@ -11,6 +11,9 @@ Offset = NewType("Offset", int)
 LeaderEpoch = NewType("LeaderEpoch", int)
 ProducerId = NewType("ProducerId", int)
 
+NO_LEADER = -1
+"""The leader of a partition that has none (partition-state znodes, Metadata, LeaderAndIsr)."""
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class TopicPartition:

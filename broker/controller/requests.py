@@ -22,15 +22,15 @@ from typing import Any
 from broker.controller.channel import RequestChannel
 from broker.controller.context import ControllerContext
 from broker.protocol import interbroker as _interbroker
-from broker.types import TopicPartition
+from broker.protocol.api_keys import ApiKey
+from broker.types import NO_LEADER, TopicPartition
 
 # kio-style message classes take kio's NewTypes (i32, BrokerId, ...); built from plain ints
 ib: Any = _interbroker
 
-LEADER_AND_ISR = (4, 5)
-STOP_REPLICA = (5, 3)
-UPDATE_METADATA = (6, 7)
-NO_LEADER = -1
+LEADER_AND_ISR = (ApiKey.LEADER_AND_ISR, 5)
+STOP_REPLICA = (ApiKey.STOP_REPLICA, 3)
+UPDATE_METADATA = (ApiKey.UPDATE_METADATA, 7)
 LEADER_DURING_DELETE = -2
 PLAINTEXT = 0
 

@@ -35,8 +35,6 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import BatchHeader
 from broker.types import TopicPartition
 
-NO_LEADER = -1
-
 
 class NotLeaderError(KafkaError):
     code = ErrorCode.not_leader_or_follower

@@ -67,7 +67,6 @@ from broker.controller.znodes.common import (
     LEADER_RECOVERY_RECOVERING,
     LOG_DIR_EVENT_NOTIFICATION_PATH,
     METADATA_TOPIC_ID,
-    NO_LEADER,
     PERSISTENT_PATHS,
     PREFERRED_REPLICA_ELECTION_PATH,
     PRODUCER_ID_BLOCK_PATH,
@@ -93,6 +92,7 @@ from broker.controller.znodes.topics import (
     TopicPartitionStateZNode,
     TopicZNode,
 )
+from broker.types import NO_LEADER
 
 __all__ = [
     "ADMIN_PATH",

@@ -54,7 +54,6 @@ PERSISTENT_PATHS: tuple[str, ...] = (
 )
 """Kafka's ``ZkData.PersistentZkPaths``: created (empty) when a broker starts."""
 
-NO_LEADER = -1
 """``LeaderAndIsr.NoLeader``."""
 
 LEADER_RECOVERY_RECOVERED = 0
