@@ -30,6 +30,7 @@ from typing import Any
 
 from broker.api.context import BrokerServices
 from broker.api.dispatcher import Dispatcher
+from broker.api.forwarding import FORWARDING_CLIENT_SUFFIX
 from broker.clock import SYSTEM_CLOCK, Clock
 from broker.config import BrokerConfig
 from broker.controller import znodes
@@ -76,6 +77,7 @@ class Broker:
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_coordinator: TransactionCoordinator | None = None
         self.broker_pool: BrokerPool | None = None
+        self.forwarding_pool: BrokerPool | None = None
 
     async def start(self) -> None:
         cfg = self.config
@@ -129,6 +131,7 @@ class Broker:
             producer_ids=producer_ids,
             group_coordinator=self.group_coordinator,
             txn_coordinator=txn_coordinator,
+            forwarder=self._forwarding_pool(metadata),
         )
         dispatcher = Dispatcher(services, cfg.listeners[0].name)
         self.controller.set_local_handler(dispatcher.handle_local)
@@ -165,6 +168,18 @@ class Broker:
         self._start_periodic_tasks()
         log.info("broker %d started (cluster %s)", self.broker_id, cluster_id)
 
+    def _forwarding_pool(self, metadata: MetadataCache) -> BrokerPool:
+        """Connections that forward controller-bound admin requests (api/forwarding.py); the
+        client id marks them so the controller never forwards them again."""
+        self.forwarding_pool = BrokerPool(
+            self.broker_id,
+            _address_in(metadata),
+            client_id=f"broker-{self.broker_id}{FORWARDING_CLIENT_SUFFIX}",
+            # CreateTopics and DeleteTopics wait for the cluster's metadata on the controller
+            request_timeout_s=self.config["request.timeout.ms"] / 1000.0 + 30.0,
+        )
+        return self.forwarding_pool
+
     def _transactions(
         self, metadata: MetadataCache, producer_ids: ProducerIdManager
     ) -> TransactionCoordinator:
@@ -174,13 +189,9 @@ class Broker:
         cfg = self.config
         rm = self.replica_manager
 
-        def address_of(broker_id: int) -> tuple[str, int] | None:
-            broker = metadata.broker(broker_id)
-            return None if broker is None else (broker.host, broker.port)
-
         self.broker_pool = pool = BrokerPool(
             self.broker_id,
-            address_of,
+            _address_in(metadata),
             client_id=f"broker-{self.broker_id}-transactions",
             request_timeout_s=cfg["request.timeout.ms"] / 1000.0,
         )
@@ -286,8 +297,9 @@ class Broker:
                 await task
         if self.txn_coordinator is not None:
             await self.txn_coordinator.shutdown()
-        if self.broker_pool is not None:
-            await self.broker_pool.close()
+        for pool in (self.broker_pool, self.forwarding_pool):
+            if pool is not None:
+                await pool.close()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
         if self.replica_manager is not None:
@@ -392,3 +404,13 @@ class Broker:
             await stop.wait()
         finally:
             await self.shutdown()
+
+
+def _address_in(metadata: MetadataCache) -> Callable[[int], tuple[str, int] | None]:
+    """A broker's (host, port) from the metadata cache, for the inter-broker pools."""
+
+    def address_of(broker_id: int) -> tuple[str, int] | None:
+        broker = metadata.broker(broker_id)
+        return None if broker is None else (broker.host, broker.port)
+
+    return address_of

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from broker.protocol.framing import RequestHeader
 
 if TYPE_CHECKING:
+    from broker.api.forwarding import RequestSender
     from broker.clock import Clock
     from broker.config import BrokerConfig
     from broker.controller.controller import Controller
@@ -41,6 +42,7 @@ class BrokerServices:
     producer_ids: ProducerIdManager
     group_coordinator: GroupCoordinator
     txn_coordinator: TransactionCoordinator
+    forwarder: RequestSender | None = None  # to the controller (api/forwarding.py)
 
 
 @dataclass(slots=True)

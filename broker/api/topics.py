@@ -1,5 +1,6 @@
 """CreateTopics (19), DeleteTopics (20), CreatePartitions (37): validated here, applied by
-the controller (which writes ZooKeeper and brings partitions online)."""
+the controller (which writes ZooKeeper and brings partitions online). A broker that is not
+the controller forwards them to it (api/forwarding.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import datetime
 from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
+from broker.api.forwarding import forward_to_controller
 from broker.config import TOPIC_CONFIGS, format_config_value
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
@@ -19,6 +21,9 @@ if TYPE_CHECKING:
 async def handle_create_topics(
     ctx: RequestContext, request: messages.CreateTopicsRequest
 ) -> messages.CreateTopicsResponse:
+    forwarded = await forward_to_controller(ctx, ApiKey.CREATE_TOPICS, request)
+    if forwarded is not None:
+        return forwarded
     cls = registry.response_class(ApiKey.CREATE_TOPICS, ctx.version)
     result_cls = registry.nested(cls, "CreatableTopicResult")
     config_cls = registry.nested_optional(cls, "CreatableTopicConfigs")
@@ -93,6 +98,9 @@ async def handle_create_topics(
 async def handle_delete_topics(
     ctx: RequestContext, request: messages.DeleteTopicsRequest
 ) -> messages.DeleteTopicsResponse:
+    forwarded = await forward_to_controller(ctx, ApiKey.DELETE_TOPICS, request)
+    if forwarded is not None:
+        return forwarded
     cls = registry.response_class(ApiKey.DELETE_TOPICS, ctx.version)
     result_cls = registry.nested(cls, "DeletableTopicResult")
     controller = ctx.services.controller
@@ -138,6 +146,9 @@ async def handle_delete_topics(
 async def handle_create_partitions(
     ctx: RequestContext, request: messages.CreatePartitionsRequest
 ) -> messages.CreatePartitionsResponse:
+    forwarded = await forward_to_controller(ctx, ApiKey.CREATE_PARTITIONS, request)
+    if forwarded is not None:
+        return forwarded
     cls = registry.response_class(ApiKey.CREATE_PARTITIONS, ctx.version)
     result_cls = registry.nested(cls, "CreatePartitionsTopicResult")
     controller = ctx.services.controller

@@ -270,3 +270,68 @@ def test_not_enough_replicas_then_replicas_rejoin(
         f"served {len(served)} records; refused ones present: "
         f"{[v for v in served if v.startswith((b'refused', b'client-refused'))]}"
     )
+
+
+def test_admin_requests_to_a_broker_that_is_not_the_controller(
+    cluster: Cluster, topic_name: str
+) -> None:
+    """CreateTopics, CreatePartitions and DeleteTopics sent to a broker that is not the
+    controller (a client whose metadata still names an old controller) are forwarded to the
+    controller and succeed, as on KRaft-mode Kafka, instead of failing NOT_CONTROLLER."""
+    import datetime
+
+    from kio.schema.create_partitions.v2.request import (
+        CreatePartitionsRequest,
+        CreatePartitionsTopic,
+    )
+    from kio.schema.create_topics.v5.request import CreatableTopic, CreateTopicsRequest
+    from kio.schema.delete_topics.v4.request import DeleteTopicsRequest
+    from kio.schema.types import TopicName
+    from kio.static.primitive import i16, i32, i32Timedelta
+
+    controller = cluster.controller_id()
+    other = next(b for b in BROKERS if b != controller)
+    timeout = i32Timedelta.parse(datetime.timedelta(seconds=30))
+    with cluster.raw(broker_id=other) as conn:
+        created = conn.request(
+            CreateTopicsRequest(
+                topics=(
+                    CreatableTopic(
+                        name=TopicName(topic_name),
+                        num_partitions=i32(2),
+                        replication_factor=i16(3),
+                        assignments=(),
+                        configs=(),
+                    ),
+                ),
+                timeout=timeout,
+            )
+        )
+        [result] = created.topics
+        assert int(result.error_code) == 0, (result.error_code, result.error_message)
+        assert int(result.num_partitions) == 2 and int(result.replication_factor) == 3
+        assert sorted(cluster.wait_isr_complete(topic_name, 60, brokers=BROKERS)) == [0, 1]
+
+        grown = conn.request(
+            CreatePartitionsRequest(
+                topics=(
+                    CreatePartitionsTopic(
+                        name=TopicName(topic_name), count=i32(3), assignments=None
+                    ),
+                ),
+                timeout=timeout,
+                validate_only=False,
+            )
+        )
+        [grown_result] = grown.results
+        assert int(grown_result.error_code) == 0, grown_result
+        assert sorted(cluster.wait_isr_complete(topic_name, 60, brokers=BROKERS)) == [0, 1, 2]
+
+        deleted = conn.request(
+            DeleteTopicsRequest(topic_names=(TopicName(topic_name),), timeout=timeout)
+        )
+        [deleted_result] = deleted.responses
+        assert int(deleted_result.error_code) == 0, deleted_result
+    cluster.wait_for(
+        lambda: topic_name not in cluster.admin().topic_names(), 60, f"{topic_name} deleted"
+    )
