@@ -43,25 +43,27 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from broker.coordinator.group import persistence
-from broker.coordinator.group.group import (
-    Completions,
-    Group,
+from broker.coordinator.group.group import Group
+from broker.coordinator.group.group_metadata import (
     GroupConfig,
     GroupDescription,
     GroupOverview,
     GroupState,
-    JoinResult,
-    LeaveMemberResult,
-    LeaveResult,
-    MemberIdentity,
-    Pending,
-    SyncResult,
 )
 from broker.coordinator.group.offsets_topic import (
     GroupMetadataValue,
     MemberRecord,
     OffsetValue,
     partition_for,
+)
+from broker.coordinator.group.results import (
+    Completions,
+    JoinResult,
+    LeaveMemberResult,
+    LeaveResult,
+    MemberIdentity,
+    Pending,
+    SyncResult,
 )
 from broker.log.log import AppendOrigin
 from broker.protocol.errors import ErrorCode, KafkaError
