@@ -47,7 +47,6 @@ from pathlib import Path
 import crc32c
 
 from broker.clock import Clock
-from broker.config import LogConfig
 from broker.log.checkpoints import fsync_dir
 from broker.log.errors import (
     OffsetOutOfRangeError,
@@ -78,6 +77,7 @@ from broker.protocol.records import (
     set_log_append_time,
     set_partition_leader_epoch,
 )
+from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
 __all__ = [

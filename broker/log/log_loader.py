@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.clock import Clock
-from broker.config import LogConfig
 from broker.log.errors import CorruptCheckpointError
 from broker.log.leader_epoch import LeaderEpochFileCache
 from broker.log.log_segments import LogSegments
@@ -53,6 +52,7 @@ from broker.log.segment import (
 from broker.log.transaction_index import AbortedTxn
 from broker.protocol.control_records import ControlType, InvalidControlRecordError, decode_marker
 from broker.protocol.records import BatchHeader, read_header
+from broker.topic_config import LogConfig
 
 __all__ = [
     "CLEANED_SUFFIX",

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.clock import Clock
-from broker.config import BrokerConfig, LogConfig
+from broker.config import BrokerConfig
 from broker.log.checkpoints import OffsetCheckpointFile
 from broker.log.errors import OffsetOutOfRangeError
 from broker.log.log import AppendOrigin, FetchSlice
@@ -45,6 +45,7 @@ from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.replication.partition import NotLeaderError, Partition, ReadResult
 from broker.replication.purgatory import Purgatory
 from broker.replication.transactions import TransactionSupport
+from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)

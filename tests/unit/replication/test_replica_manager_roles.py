@@ -16,7 +16,7 @@ from typing import TypeVar
 import pytest
 
 from broker.clock import ManualClock
-from broker.config import BrokerConfig, LogConfig
+from broker.config import BrokerConfig
 from broker.log.log_manager import LogManager
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode
@@ -26,6 +26,7 @@ from broker.replication.replica_manager import (
     PartitionStateSpec,
     ReplicaManager,
 )
+from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
 pytestmark = pytest.mark.unit
