@@ -61,10 +61,7 @@ from broker.log.local_log import (
 )
 from broker.log.log_loader import LogLoader, marker_reader
 from broker.log.producer_state import CompletedTxn, EndTxnMarkerInfo, ProducerStateManager
-from broker.log.segment import (
-    FetchSlice,
-    LogSegment,
-)
+from broker.log.segment import LogSegment
 from broker.log.time_index import NO_TIMESTAMP
 from broker.log.transaction_index import AbortedTxn
 from broker.protocol.control_records import EndTxnMarker, InvalidControlRecordError, decode_marker
@@ -84,7 +81,6 @@ __all__ = [
     "DELETE_DIR_SUFFIX",
     "AppendOrigin",
     "AppendResult",
-    "FetchSlice",
     "Log",
     "parse_topic_partition",
 ]

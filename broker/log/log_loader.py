@@ -36,6 +36,7 @@ from pathlib import Path
 
 from broker.clock import Clock
 from broker.log.errors import CorruptCheckpointError
+from broker.log.file_records import iter_headers
 from broker.log.leader_epoch import LeaderEpochFileCache
 from broker.log.log_segments import LogSegments
 from broker.log.producer_state import CompletedTxn, EndTxnMarkerInfo, ProducerStateManager
@@ -46,7 +47,6 @@ from broker.log.segment import (
     TIMEINDEX_SUFFIX,
     TXNINDEX_SUFFIX,
     LogSegment,
-    iter_headers,
     segment_file,
 )
 from broker.log.transaction_index import AbortedTxn

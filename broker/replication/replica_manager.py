@@ -36,7 +36,8 @@ from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.log.checkpoints import OffsetCheckpointFile
 from broker.log.errors import OffsetOutOfRangeError
-from broker.log.log import AppendOrigin, FetchSlice
+from broker.log.file_records import FetchSlice
+from broker.log.log import AppendOrigin
 from broker.log.log_manager import LogManager
 from broker.log.producer_state import ProducerEntry
 from broker.protocol import records
