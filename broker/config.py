@@ -1,14 +1,14 @@
-"""Broker and topic configuration with Kafka's property names, defaults and validation.
+"""Broker configuration with Kafka's property names, defaults and validation.
 
-Two tables drive everything here:
+``BROKER_CONFIGS`` holds the broker properties (``server.properties``) Millrace understands,
+with Kafka's defaults; the properties that supply topic-config defaults
+(``TOPIC_CONFIG_SYNONYMS`` of :mod:`broker.topic_config`) share their topic config's
+definition. Unknown names and invalid values raise :class:`~broker.config_def.ConfigError`
+naming the property, so a typo fails start-up instead of being silently ignored. A short list
+of Kafka properties that have no meaning here (thread pool sizes, socket buffer sizes) is
+accepted and ignored, so a Kafka ``server.properties`` can be reused.
 
-* ``BROKER_CONFIGS``: the broker properties (``server.properties``) Millrace understands, with
-  Kafka's defaults. Unknown names and invalid values raise :class:`ConfigError` naming the
-  property, so a typo fails start-up instead of being silently ignored. A short list of Kafka
-  properties that have no meaning here (thread pool sizes, socket buffer sizes) is accepted
-  and ignored, so a Kafka ``server.properties`` can be reused.
-* ``TOPIC_CONFIGS``: the topic-level configs (stored under ``/config/topics/<topic>``), each
-  with the broker property that supplies its default (``segment.bytes`` <- ``log.segment.bytes``).
+Also here: reading a ``.properties`` file and ``--set key=value`` options.
 
 Concurrency: every value here is immutable; a config change builds a new object.
 """
@@ -16,346 +16,24 @@ Concurrency: every value here is immutable; a config change builds a new object.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
-LONG_MAX = 9_223_372_036_854_775_807
+from broker.config_def import ConfigDef, ConfigError, ConfigType, at_least
+from broker.topic_config import TOPIC_CONFIG_SYNONYMS, TOPIC_CONFIGS, LogConfig
 
-
-class ConfigError(ValueError):
-    """An unknown property or an invalid value; the message names the property."""
-
-
-class ConfigType(Enum):
-    """Kafka's DescribeConfigs ``config_type`` values."""
-
-    BOOLEAN = 1
-    STRING = 2
-    INT = 3
-    SHORT = 4
-    LONG = 5
-    DOUBLE = 6
-    LIST = 7
-    CLASS = 8
-    PASSWORD = 9
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigDef:
-    """One property: its name, type, default (already parsed), validator and documentation."""
-
-    name: str
-    type: ConfigType
-    default: Any
-    doc: str
-    validator: Callable[[Any], bool] | None = None
-    valid_text: str = ""
-
-    def parse(self, raw: object) -> Any:
-        """Parse a raw (usually string) value; raise ConfigError naming the property."""
-        try:
-            value = _parse_typed(self.type, raw)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(
-                f"Invalid value {raw!r} for configuration {self.name}: expected "
-                f"{self.type.name.lower()}"
-            ) from exc
-        if self.validator is not None and value is not None and not self.validator(value):
-            hint = f" ({self.valid_text})" if self.valid_text else ""
-            raise ConfigError(f"Invalid value {raw!r} for configuration {self.name}{hint}")
-        return value
-
-
-def _parse_typed(kind: ConfigType, raw: object) -> Any:
-    if raw is None:
-        return None
-    if kind is ConfigType.BOOLEAN:
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text in ("true", "false"):
-            return text == "true"
-        raise ValueError(raw)
-    if kind in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
-        if isinstance(raw, bool):
-            raise ValueError(raw)
-        value = int(str(raw).strip())
-        limit = {ConfigType.INT: 2**31, ConfigType.SHORT: 2**15, ConfigType.LONG: 2**63}[kind]
-        if not -limit <= value < limit:
-            raise ValueError(raw)
-        return value
-    if kind is ConfigType.DOUBLE:
-        return float(str(raw).strip())
-    if kind is ConfigType.LIST:
-        if isinstance(raw, list | tuple):
-            return tuple(str(x) for x in raw)
-        return tuple(p.strip() for p in str(raw).split(",") if p.strip())
-    return str(raw).strip()
-
-
-def _at_least(n: int) -> Callable[[Any], bool]:
-    return lambda v: v >= n
-
-
-def _one_of(*choices: str) -> Callable[[Any], bool]:
-    return lambda v: v in choices
-
-
-def _policies(v: tuple[str, ...]) -> bool:
-    return len(v) > 0 and all(p in ("delete", "compact") for p in v)
-
-
-# --- topic-level configs -----------------------------------------------------------------
+__all__ = [
+    "BROKER_CONFIGS",
+    "IGNORED_BROKER_CONFIGS",
+    "BrokerConfig",
+    "Listener",
+    "parse_set_options",
+    "read_properties",
+]
 
 _T = ConfigType
-TOPIC_CONFIGS: dict[str, ConfigDef] = {
-    d.name: d
-    for d in (
-        ConfigDef(
-            "cleanup.policy",
-            _T.LIST,
-            ("delete",),
-            "delete and/or compact",
-            _policies,
-            "a list of delete, compact",
-        ),
-        ConfigDef(
-            "compression.type",
-            _T.STRING,
-            "producer",
-            "final compression of the topic",
-            _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
-            "one of producer, uncompressed, gzip, snappy, lz4, zstd",
-        ),
-        ConfigDef(
-            "delete.retention.ms", _T.LONG, 86_400_000, "tombstone retention", _at_least(0), ">= 0"
-        ),
-        ConfigDef(
-            "file.delete.delay.ms",
-            _T.LONG,
-            60_000,
-            "delay before deleting a file",
-            _at_least(0),
-            ">= 0",
-        ),
-        ConfigDef(
-            "flush.messages",
-            _T.LONG,
-            LONG_MAX,
-            "fsync after this many messages",
-            _at_least(1),
-            ">= 1",
-        ),
-        ConfigDef("flush.ms", _T.LONG, LONG_MAX, "fsync after this many ms", _at_least(0), ">= 0"),
-        ConfigDef(
-            "index.interval.bytes",
-            _T.INT,
-            4096,
-            "bytes between offset index entries",
-            _at_least(0),
-            ">= 0",
-        ),
-        ConfigDef(
-            "max.compaction.lag.ms",
-            _T.LONG,
-            LONG_MAX,
-            "max time a record stays uncompacted",
-            _at_least(1),
-            ">= 1",
-        ),
-        ConfigDef(
-            "max.message.bytes",
-            _T.INT,
-            1_048_588,
-            "largest record batch size",
-            _at_least(0),
-            ">= 0",
-        ),
-        ConfigDef(
-            "message.timestamp.type",
-            _T.STRING,
-            "CreateTime",
-            "CreateTime or LogAppendTime",
-            _one_of("CreateTime", "LogAppendTime"),
-            "CreateTime or LogAppendTime",
-        ),
-        ConfigDef(
-            "message.timestamp.before.max.ms",
-            _T.LONG,
-            LONG_MAX,
-            "max timestamp lag behind the broker",
-            _at_least(0),
-            ">= 0",
-        ),
-        ConfigDef(
-            "message.timestamp.after.max.ms",
-            _T.LONG,
-            LONG_MAX,
-            "max timestamp lead ahead of the broker",
-            _at_least(0),
-            ">= 0",
-        ),
-        ConfigDef(
-            "min.cleanable.dirty.ratio",
-            _T.DOUBLE,
-            0.5,
-            "dirty ratio to clean",
-            lambda v: 0.0 <= v <= 1.0,
-            "between 0 and 1",
-        ),
-        ConfigDef(
-            "min.compaction.lag.ms",
-            _T.LONG,
-            0,
-            "min time a record stays uncompacted",
-            _at_least(0),
-            ">= 0",
-        ),
-        ConfigDef(
-            "min.insync.replicas",
-            _T.INT,
-            1,
-            "replicas that must ack acks=all",
-            _at_least(1),
-            ">= 1",
-        ),
-        ConfigDef("preallocate", _T.BOOLEAN, False, "preallocate segment files"),
-        ConfigDef(
-            "retention.bytes",
-            _T.LONG,
-            -1,
-            "max partition size before deleting old segments, -1 for no limit",
-        ),
-        ConfigDef(
-            "retention.ms",
-            _T.LONG,
-            604_800_000,
-            "max age of a segment, -1 for no limit",
-            _at_least(-1),
-            ">= -1",
-        ),
-        ConfigDef(
-            "segment.bytes", _T.INT, 1_073_741_824, "segment file size", _at_least(14), ">= 14"
-        ),
-        ConfigDef(
-            "segment.index.bytes", _T.INT, 10_485_760, "offset index size", _at_least(8), ">= 8"
-        ),
-        ConfigDef(
-            "segment.jitter.ms", _T.LONG, 0, "random jitter for segment.ms", _at_least(0), ">= 0"
-        ),
-        ConfigDef(
-            "segment.ms",
-            _T.LONG,
-            604_800_000,
-            "roll a segment after this age",
-            _at_least(1),
-            ">= 1",
-        ),
-        ConfigDef("unclean.leader.election.enable", _T.BOOLEAN, False, "allow out-of-ISR leaders"),
-    )
-}
-
-# topic config -> the broker property that supplies its default
-TOPIC_CONFIG_SYNONYMS: dict[str, str] = {
-    "cleanup.policy": "log.cleanup.policy",
-    "compression.type": "compression.type",
-    "delete.retention.ms": "log.cleaner.delete.retention.ms",
-    "file.delete.delay.ms": "log.segment.delete.delay.ms",
-    "flush.messages": "log.flush.interval.messages",
-    "flush.ms": "log.flush.interval.ms",
-    "index.interval.bytes": "log.index.interval.bytes",
-    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
-    "max.message.bytes": "message.max.bytes",
-    "message.timestamp.type": "log.message.timestamp.type",
-    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
-    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
-    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
-    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
-    "min.insync.replicas": "min.insync.replicas",
-    "preallocate": "log.preallocate",
-    "retention.bytes": "log.retention.bytes",
-    "retention.ms": "log.retention.ms",
-    "segment.bytes": "log.segment.bytes",
-    "segment.index.bytes": "log.index.size.max.bytes",
-    "segment.jitter.ms": "log.roll.jitter.ms",
-    "segment.ms": "log.roll.ms",
-    "unclean.leader.election.enable": "unclean.leader.election.enable",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    """The effective configuration of one partition's log (topic overrides over broker
-    defaults). Attribute names are the topic config names with dots as underscores."""
-
-    cleanup_policy: tuple[str, ...] = ("delete",)
-    compression_type: str = "producer"
-    delete_retention_ms: int = 86_400_000
-    file_delete_delay_ms: int = 60_000
-    flush_messages: int = LONG_MAX
-    flush_ms: int = LONG_MAX
-    index_interval_bytes: int = 4096
-    max_compaction_lag_ms: int = LONG_MAX
-    max_message_bytes: int = 1_048_588
-    message_timestamp_type: str = "CreateTime"
-    message_timestamp_before_max_ms: int = LONG_MAX
-    message_timestamp_after_max_ms: int = LONG_MAX
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0
-    min_insync_replicas: int = 1
-    preallocate: bool = False
-    retention_bytes: int = -1
-    retention_ms: int = 604_800_000
-    segment_bytes: int = 1_073_741_824
-    segment_index_bytes: int = 10_485_760
-    segment_jitter_ms: int = 0
-    segment_ms: int = 604_800_000
-    unclean_leader_election_enable: bool = False
-
-    @property
-    def compact(self) -> bool:
-        return "compact" in self.cleanup_policy
-
-    @property
-    def delete(self) -> bool:
-        return "delete" in self.cleanup_policy
-
-    @property
-    def log_append_time(self) -> bool:
-        return self.message_timestamp_type == "LogAppendTime"
-
-    def value_of(self, topic_config_name: str) -> Any:
-        return getattr(self, topic_config_name.replace(".", "_"))
-
-    def with_overrides(self, overrides: Mapping[str, object]) -> LogConfig:
-        """Apply topic-level overrides (raw strings), validating each."""
-        return dataclasses.replace(self, **parse_topic_overrides(overrides))
-
-
-def parse_topic_overrides(overrides: Mapping[str, object]) -> dict[str, Any]:
-    """Validate topic configs; return them keyed by LogConfig attribute name."""
-    out: dict[str, Any] = {}
-    for name, raw in overrides.items():
-        definition = TOPIC_CONFIGS.get(name)
-        if definition is None:
-            raise ConfigError(f"Unknown topic configuration {name}")
-        out[name.replace(".", "_")] = definition.parse(raw)
-    return out
-
-
-def format_config_value(value: Any) -> str:
-    """Render a parsed value the way Kafka prints it in DescribeConfigs."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return ",".join(value)
-    return str(value)
-
-
-# --- broker configs ----------------------------------------------------------------------
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
@@ -365,7 +43,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _T.INT,
             -1,
             "broker id; -1 to generate from /brokers/seqid",
-            _at_least(-1),
+            at_least(-1),
             ">= -1",
         ),
         ConfigDef("broker.id.generation.enable", _T.BOOLEAN, True, "generate broker ids"),
@@ -374,7 +52,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _T.INT,
             1000,
             "largest configurable broker id",
-            _at_least(0),
+            at_least(0),
             ">= 0",
         ),
         ConfigDef("broker.rack", _T.STRING, None, "rack of this broker"),
@@ -388,7 +66,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _T.INT,
             18_000,
             "ZooKeeper session timeout",
-            _at_least(1),
+            at_least(1),
             ">= 1",
         ),
         ConfigDef(
@@ -396,18 +74,18 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _T.INT,
             18_000,
             "ZooKeeper connect timeout",
-            _at_least(1),
+            at_least(1),
             ">= 1",
         ),
         ConfigDef(
-            "num.partitions", _T.INT, 1, "partitions of auto-created topics", _at_least(1), ">= 1"
+            "num.partitions", _T.INT, 1, "partitions of auto-created topics", at_least(1), ">= 1"
         ),
         ConfigDef(
             "default.replication.factor",
             _T.INT,
             1,
             "replication factor of auto-created topics",
-            _at_least(1),
+            at_least(1),
             ">= 1",
         ),
         ConfigDef(
@@ -415,14 +93,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ),
         ConfigDef("delete.topic.enable", _T.BOOLEAN, True, "allow topic deletion"),
         ConfigDef(
-            "socket.request.max.bytes", _T.INT, 104_857_600, "largest request", _at_least(1), ">= 1"
+            "socket.request.max.bytes", _T.INT, 104_857_600, "largest request", at_least(1), ">= 1"
         ),
         ConfigDef(
             "connections.max.idle.ms",
             _T.LONG,
             600_000,
             "close idle connections after this",
-            _at_least(1),
+            at_least(1),
             ">= 1",
         ),
         ConfigDef(
@@ -430,12 +108,12 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _T.INT,
             500,
             "requests read ahead per connection before reading pauses",
-            _at_least(1),
+            at_least(1),
             ">= 1",
         ),
         ConfigDef("log.roll.ms", _T.LONG, None, "roll segments after this age"),
         ConfigDef(
-            "log.roll.hours", _T.INT, 168, "roll segments after this age", _at_least(1), ">= 1"
+            "log.roll.hours", _T.INT, 168, "roll segments after this age", at_least(1), ">= 1"
         ),
         ConfigDef("log.retention.ms", _T.LONG, None, "retention time"),
         ConfigDef("log.retention.minutes", _T.INT, None, "retention time"),
@@ -445,7 +123,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _T.LONG,
             300_000,
             "retention check interval",
-            _at_least(1),
+            at_least(1),
             ">= 1",
         ),
         ConfigDef("log.cleaner.enable", _T.BOOLEAN, True, "run the log cleaner"),
@@ -454,7 +132,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _T.LONG,
             1000,
             "flush check interval",
-            _at_least(1),
+            at_least(1),
             ">= 1",
         ),
         ConfigDef(
@@ -462,7 +140,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _T.INT,
             60_000,
             "recovery point checkpoint interval",
-            _at_least(1),
+            at_least(1),
             ">= 1",
         ),
         ConfigDef(
@@ -470,10 +148,10 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _T.INT,
             60_000,
             "log start offset checkpoint interval",
-            _at_least(1),
+            at_least(1),
             ">= 1",
         ),
-        ConfigDef("replica.lag.time.max.ms", _T.LONG, 30_000, "ISR lag time", _at_least(1), ">= 1"),
+        ConfigDef("replica.lag.time.max.ms", _T.LONG, 30_000, "ISR lag time", at_least(1), ">= 1"),
         ConfigDef("replica.fetch.wait.max.ms", _T.INT, 500, "follower fetch max wait"),
         ConfigDef("replica.fetch.max.bytes", _T.INT, 1_048_576, "follower fetch size"),
         ConfigDef("replica.fetch.min.bytes", _T.INT, 1, "follower fetch min bytes"),
@@ -502,7 +180,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _T.INT,
             50,
             "__consumer_offsets partitions",
-            _at_least(1),
+            at_least(1),
             ">= 1",
         ),
         ConfigDef(
@@ -510,7 +188,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _T.SHORT,
             3,
             "__consumer_offsets replication factor",
-            _at_least(1),
+            at_least(1),
             ">= 1",
         ),
         ConfigDef("offsets.topic.segment.bytes", _T.INT, 104_857_600, "segment size"),
@@ -560,7 +238,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             _T.INT,
             1000,
             "fetch session slots",
-            _at_least(0),
+            at_least(0),
             ">= 0",
         ),
     )

@@ -36,7 +36,8 @@ from broker.config import BrokerConfig
 from broker.controller import znodes
 from broker.controller.controller import Controller
 from broker.controller.zk_client import ZkClient
-from broker.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from broker.coordinator.group.coordinator import GroupCoordinator
+from broker.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from broker.coordinator.producer_ids import ProducerIdManager
 from broker.coordinator.transaction.coordinator import TransactionCoordinator
 from broker.coordinator.transaction.markers import TransactionMarkerChannel

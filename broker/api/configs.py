@@ -14,15 +14,12 @@ import datetime
 from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
-from broker.config import (
-    BROKER_CONFIGS,
-    TOPIC_CONFIG_SYNONYMS,
-    TOPIC_CONFIGS,
-    format_config_value,
-)
+from broker.config import BROKER_CONFIGS
+from broker.config_def import format_config_value
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.topic_config import TOPIC_CONFIG_SYNONYMS, TOPIC_CONFIGS
 
 TOPIC = 2
 BROKER = 4

@@ -36,7 +36,7 @@ import datetime
 from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
-from broker.coordinator.group.group import MemberIdentity
+from broker.coordinator.group.results import MemberIdentity
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode

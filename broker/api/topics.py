@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
 from broker.api.forwarding import forward_to_controller
-from broker.config import TOPIC_CONFIGS, format_config_value
+from broker.config_def import format_config_value
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.topic_config import TOPIC_CONFIGS
 
 if TYPE_CHECKING:
     from broker.protocol import messages

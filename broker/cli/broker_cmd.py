@@ -41,7 +41,8 @@ def _dump_tasks() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from broker.config import BrokerConfig, ConfigError, parse_set_options, read_properties
+    from broker.config import BrokerConfig, parse_set_options, read_properties
+    from broker.config_def import ConfigError
     from broker.server import Broker
 
     path = Path(args.config)

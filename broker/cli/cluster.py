@@ -126,7 +126,8 @@ def _write_server_properties(
 
 
 def _validate_overrides(overrides: Mapping[str, str], zk_connect: str) -> None:
-    from broker.config import BrokerConfig, ConfigError
+    from broker.config import BrokerConfig
+    from broker.config_def import ConfigError
 
     props = {
         "broker.id": "1",
@@ -498,7 +499,8 @@ def _fail(exc: Exception) -> int:
 
 
 def _run_up(args: argparse.Namespace) -> int:
-    from broker.config import ConfigError, parse_set_options
+    from broker.config import parse_set_options
+    from broker.config_def import ConfigError
 
     try:
         overrides = parse_set_options(args.set)

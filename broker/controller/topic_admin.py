@@ -19,8 +19,9 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 
-from broker.config import ConfigError, parse_topic_overrides
+from broker.config_def import ConfigError
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.topic_config import parse_topic_overrides
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")

@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.clock import Clock
-from broker.config import LogConfig
 from broker.log.checkpoints import fsync_dir
 from broker.log.errors import LogClosedError, OffsetOutOfRangeError
+from broker.log.file_records import FetchSlice
 from broker.log.log_segments import LogSegments
-from broker.log.segment import FetchSlice, LogSegment
+from broker.log.segment import LogSegment
 from broker.log.time_index import NO_TIMESTAMP
 from broker.protocol.records import BatchHeader
+from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
 __all__ = ["DELETE_DIR_SUFFIX", "LocalLog", "parse_topic_partition"]

@@ -47,7 +47,6 @@ from pathlib import Path
 import crc32c
 
 from broker.clock import Clock
-from broker.config import LogConfig
 from broker.log.checkpoints import fsync_dir
 from broker.log.errors import (
     OffsetOutOfRangeError,
@@ -62,10 +61,7 @@ from broker.log.local_log import (
 )
 from broker.log.log_loader import LogLoader, marker_reader
 from broker.log.producer_state import CompletedTxn, EndTxnMarkerInfo, ProducerStateManager
-from broker.log.segment import (
-    FetchSlice,
-    LogSegment,
-)
+from broker.log.segment import LogSegment
 from broker.log.time_index import NO_TIMESTAMP
 from broker.log.transaction_index import AbortedTxn
 from broker.protocol.control_records import EndTxnMarker, InvalidControlRecordError, decode_marker
@@ -78,13 +74,13 @@ from broker.protocol.records import (
     set_log_append_time,
     set_partition_leader_epoch,
 )
+from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
 __all__ = [
     "DELETE_DIR_SUFFIX",
     "AppendOrigin",
     "AppendResult",
-    "FetchSlice",
     "Log",
     "parse_topic_partition",
 ]

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.clock import Clock
-from broker.config import LogConfig
 from broker.log.errors import CorruptCheckpointError
+from broker.log.file_records import iter_headers
 from broker.log.leader_epoch import LeaderEpochFileCache
 from broker.log.log_segments import LogSegments
 from broker.log.producer_state import CompletedTxn, EndTxnMarkerInfo, ProducerStateManager
@@ -47,12 +47,12 @@ from broker.log.segment import (
     TIMEINDEX_SUFFIX,
     TXNINDEX_SUFFIX,
     LogSegment,
-    iter_headers,
     segment_file,
 )
 from broker.log.transaction_index import AbortedTxn
 from broker.protocol.control_records import ControlType, InvalidControlRecordError, decode_marker
 from broker.protocol.records import BatchHeader, read_header
+from broker.topic_config import LogConfig
 
 __all__ = [
     "CLEANED_SUFFIX",

@@ -33,7 +33,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker.clock import Clock
-from broker.config import LogConfig
 from broker.log.checkpoints import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
@@ -48,6 +47,7 @@ from broker.log.checkpoints import (
 )
 from broker.log.errors import InconsistentBrokerMetadataError, KafkaStorageError, LogClosedError
 from broker.log.log import DELETE_DIR_SUFFIX, Log, parse_topic_partition
+from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
 __all__ = ["LogManager"]

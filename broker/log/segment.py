@@ -12,8 +12,10 @@ is appended to. A segment is named by its base offset (20 digits, zero padded) a
 The segment knows its valid size, the offset after its last batch, its largest timestamp
 (and the last offset of the batch that carried it), and the bytes written since the last index
 entry. ``append`` writes a run of batches with one ``pwrite`` and does constant work per batch
-(index bookkeeping), never per record. Reads scan batch headers forward from an index entry,
-reading headers in windows so that small batches cost few system calls.
+(index bookkeeping), never per record. Reads scan batch headers forward from an index entry
+with :func:`~broker.log.file_records.iter_headers`, which reads headers in windows so that
+small batches cost few system calls, and hand out whole batches as a
+:class:`~broker.log.file_records.FetchSlice`.
 
 ``recover`` re-reads the ``.log`` batch by batch (framing, magic, CRC-32C, offsets that only
 go up), rebuilds both indexes exactly as appends would have built them, and truncates the file
@@ -25,7 +27,7 @@ Deletion renames every file to ``<name>.deleted``; the log deletes the files lat
 
 Concurrency: owned by its :class:`~broker.log.log.Log`; used only from the broker's event-loop
 thread, except ``flush``, which may run in a worker thread (see its docstring). The ``.log``
-file object is shared read-only with :class:`FetchSlice` holders.
+file object is shared read-only with :class:`~broker.log.file_records.FetchSlice` holders.
 """
 
 from __future__ import annotations
@@ -34,19 +36,18 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import crc32c
 
 from broker.log.errors import CorruptIndexError, KafkaStorageError
+from broker.log.file_records import FetchSlice, iter_headers
 from broker.log.offset_index import OffsetIndex
 from broker.log.time_index import NO_TIMESTAMP, TimeIndex
 from broker.log.transaction_index import TransactionIndex
 from broker.protocol.records import (
     ATTRIBUTES_OFFSET,
-    HEADER,
     HEADER_SIZE,
     MIN_BATCH_LENGTH,
     BatchHeader,
@@ -63,9 +64,7 @@ __all__ = [
     "SEGMENT_SUFFIXES",
     "TIMEINDEX_SUFFIX",
     "TXNINDEX_SUFFIX",
-    "FetchSlice",
     "LogSegment",
-    "iter_headers",
     "segment_file",
 ]
 
@@ -79,7 +78,6 @@ DELETED_SUFFIX = ".deleted"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
 INT32_MAX = 2**31 - 1
 
-_SCAN_WINDOW = 16 * 1024  # header scans: one pread covers many small batches
 _RECOVER_WINDOW = 4 * 1024 * 1024  # recovery reads whole batches for their CRC
 
 
@@ -104,69 +102,6 @@ def _fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def iter_headers(fd: int, start: int, end: int) -> Iterator[BatchHeader]:
-    """Batch headers of the file region ``[start, end)`` (positions are file positions).
-
-    For already-validated data: a header that does not frame a batch inside the region ends
-    the iteration (logged), it is not an exception.
-    """
-    pos = start
-    buf = b""
-    buf_start = start
-    unpack = HEADER.unpack_from
-    while pos + HEADER_SIZE <= end:
-        off = pos - buf_start
-        if off + HEADER_SIZE > len(buf):
-            buf = os.pread(fd, min(_SCAN_WINDOW, end - pos), pos)
-            buf_start = pos
-            off = 0
-            if len(buf) < HEADER_SIZE:
-                return
-        header = BatchHeader(*unpack(buf, off), position=pos)  # type: ignore[misc]
-        if header.batch_length < MIN_BATCH_LENGTH or pos + header.size > end:
-            logger.error("unexpected batch framing at position %d (fd %d)", pos, fd)
-            return
-        yield header
-        pos += header.size
-
-
-@dataclass(frozen=True, slots=True)
-class FetchSlice:
-    """Whole batches of one segment to send to a fetcher: ``size`` bytes of ``file`` from
-    ``position``. ``first_offset`` is the base offset of the first batch (possibly below the
-    requested offset: a fetch from the middle of a batch returns the whole batch);
-    ``last_offset`` the last offset of the last batch.
-
-    The file stays open until the segment's files are physically deleted, at least
-    ``file.delete.delay.ms`` after the segment left the log, so a slice may be sent with
-    ``os.sendfile(sock, file.fileno(), position, size)`` or read with :meth:`read_bytes`.
-
-    Concurrency: an immutable value; reading it (positional reads only) is safe from any
-    thread, e.g. a sendfile in ``asyncio.to_thread``.
-    """
-
-    file: BinaryIO
-    position: int
-    size: int
-    first_offset: int
-    last_offset: int
-
-    def read_bytes(self) -> bytes:
-        fd = self.file.fileno()
-        data = os.pread(fd, self.size, self.position)
-        if len(data) < self.size:  # short read: loop until EOF
-            parts = [data]
-            got = len(data)
-            while got < self.size:
-                more = os.pread(fd, self.size - got, self.position + got)
-                if not more:
-                    break
-                parts.append(more)
-                got += len(more)
-            data = b"".join(parts)
-        return data
 
 
 class LogSegment:

@@ -7,11 +7,12 @@ AlterConfigs / IncrementalAlterConfigs) writes that znode and then a sequential
 ``/config/changes/config_change_<seq>`` notification naming ``topics/<topic>``. Each broker
 reads every topic's overrides at start-up (before its logs are opened, so each log starts
 with its topic's configuration), follows ``/config/changes``, and on each new notification
-re-reads the topic's overrides and hands the new effective :class:`~broker.config.LogConfig`
-to its listeners (the replica manager applies it to the logs it hosts). A topic seen for the
-first time (LeaderAndIsr for a new topic, a controller loading a topic) is loaded on demand
-with :meth:`TopicConfigManager.ensure_loaded`. A stored override that no longer validates is
-ignored with a warning (the broker's defaults apply), as Kafka does.
+re-reads the topic's overrides and hands the new effective
+:class:`~broker.topic_config.LogConfig` to its listeners (the replica manager applies it to
+the logs it hosts). A topic seen for the first time (LeaderAndIsr for a new topic, a
+controller loading a topic) is loaded on demand with :meth:`TopicConfigManager.ensure_loaded`.
+A stored override that no longer validates is ignored with a warning (the broker's defaults
+apply), as Kafka does.
 
 The effective config of a topic is the broker's topic defaults (``log.*`` properties) with
 the topic's overrides on top (:meth:`TopicConfigManager.log_config_for`).
@@ -30,8 +31,10 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from broker.config import BrokerConfig, ConfigError, LogConfig
+from broker.config import BrokerConfig
+from broker.config_def import ConfigError
 from broker.controller.topic_admin import validate_configs
+from broker.topic_config import LogConfig
 
 if TYPE_CHECKING:
     from broker.controller.zk_interface import ZkOperations

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.log.log import AppendOrigin, AppendResult, FetchSlice, Log
+from broker.log.file_records import FetchSlice
+from broker.log.log import AppendOrigin, AppendResult, Log
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import BatchHeader
 from broker.types import TopicPartition

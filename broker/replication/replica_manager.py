@@ -16,8 +16,9 @@ epoch); followers are replicated by the fetchers of ``replication/fetcher.py``. 
 fetch (``replica_id`` >= 0) reads up to the log end and records the follower's position,
 which moves the high watermark and may add the follower back to the ISR; a periodic check
 removes followers that have not caught up for ``replica.lag.time.max.ms``. ISR changes are
-written by one task, in order, through the ``alter_isr`` callback (a conditional update of
-the partition-state znode plus an ISR-change notification for the controller).
+written by :class:`~broker.replication.alter_isr_manager.AlterIsrManager`: one task, in order,
+through the ``alter_isr`` callback (a conditional update of the partition-state znode plus an
+ISR-change notification for the controller).
 
 Concurrency: event loop thread only. Appends are synchronous (a ``write`` to the page
 cache), so requests on a connection take effect in arrival order.
@@ -28,23 +29,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from broker.clock import Clock
-from broker.config import BrokerConfig, LogConfig
+from broker.config import BrokerConfig
 from broker.log.checkpoints import OffsetCheckpointFile
 from broker.log.errors import OffsetOutOfRangeError
-from broker.log.log import AppendOrigin, FetchSlice
+from broker.log.file_records import FetchSlice
+from broker.log.log import AppendOrigin
 from broker.log.log_manager import LogManager
 from broker.log.producer_state import ProducerEntry
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode, KafkaError, error_code_for
+from broker.replication.alter_isr_manager import AlterIsr, AlterIsrManager
 from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.replication.partition import NotLeaderError, Partition, ReadResult
 from broker.replication.purgatory import Purgatory
 from broker.replication.transactions import TransactionSupport
+from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -105,11 +109,6 @@ class PartitionStateSpec:
     is_new: bool = False
 
 
-AlterIsr = Callable[[TopicPartition, int, int, tuple[int, ...], int, int], Awaitable[int | None]]
-"""(tp, leader, leader_epoch, isr, zk_version, controller_epoch) -> new znode version, or None
-when the znode changed under us (the controller's next LeaderAndIsr tells what happened)."""
-
-
 class ReplicaManager:
     """Hosts this broker's partitions."""
 
@@ -129,11 +128,9 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.purgatory = Purgatory(clock)
         self.controller_epoch = 0
-        self._alter_isr = alter_isr
-        self._isr_queue: asyncio.Queue[tuple[TopicPartition, int, tuple[int, ...]]] = (
-            asyncio.Queue()
-        )
         self._tasks: list[asyncio.Task[None]] = []
+        self.alter_isr_manager = AlterIsrManager(self, alter_isr)
+        """Writes the ISR changes this broker proposes as a leader."""
         self.role_listeners: list[Callable[[TopicPartition, bool, int], None]] = []
         """Called with (partition, is_leader, leader_epoch) after every role change."""
         self.transactions = TransactionSupport(
@@ -167,7 +164,7 @@ class ReplicaManager:
         """Start the ISR writer and the ISR shrink check (call on the event loop)."""
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._isr_writer(), name="isr-writer"),
+            loop.create_task(self.alter_isr_manager.run(), name="isr-writer"),
             loop.create_task(self._isr_shrinker(), name="isr-shrinker"),
         ]
 
@@ -367,51 +364,13 @@ class ReplicaManager:
 
     # --- ISR maintenance (leader side) ---------------------------------------------------------
 
-    def _propose_isr(self, partition: Partition, isr: tuple[int, ...]) -> None:
-        if self._alter_isr is None:
-            partition.commit_isr(isr, partition.zk_version)
-            self.notify_high_watermark(partition.tp)
-            return
-        partition.pending_isr = isr
-        self._isr_queue.put_nowait((partition.tp, partition.leader_epoch, isr))
-
-    async def _isr_writer(self) -> None:
-        while True:
-            tp, epoch, isr = await self._isr_queue.get()
-            partition = self.partitions.get(tp)
-            if (
-                partition is None
-                or not partition.is_leader
-                or partition.leader_epoch != epoch
-                or partition.pending_isr != isr
-                or self._alter_isr is None
-            ):
-                continue
-            try:
-                version = await self._alter_isr(
-                    tp, self.broker_id, epoch, isr, partition.zk_version, self.controller_epoch
-                )
-            except Exception:
-                log.exception("%s: writing ISR %s failed", tp, list(isr))
-                version = None
-            partition = self.partitions.get(tp)
-            if partition is None or partition.leader_epoch != epoch or not partition.is_leader:
-                continue
-            if version is None:
-                log.info("%s: ISR update to %s was rejected (stale state)", tp, list(isr))
-                partition.pending_isr = None
-                continue
-            log.info("%s: ISR %s -> %s", tp, list(partition.isr), list(isr))
-            partition.commit_isr(isr, version)
-            self.notify_high_watermark(tp)
-
     def maybe_shrink_isrs(self) -> None:
         now = self.clock.time_ms()
         max_lag = self.config["replica.lag.time.max.ms"]
         for partition in list(self.partitions.values()):
             shrunk = partition.isr_to_shrink(now, max_lag)
             if shrunk is not None:
-                self._propose_isr(partition, shrunk)
+                self.alter_isr_manager.propose(partition, shrunk)
 
     async def _isr_shrinker(self) -> None:
         interval = max(self.config["replica.lag.time.max.ms"] / 2000.0, 0.05)
@@ -531,7 +490,7 @@ class ReplicaManager:
             self.notify_high_watermark(partition.tp)
         expanded = partition.isr_to_expand()
         if expanded is not None:
-            self._propose_isr(partition, expanded)
+            self.alter_isr_manager.propose(partition, expanded)
 
     def notify_high_watermark(self, tp: TopicPartition) -> None:
         self.purgatory.notify(("hw", tp))

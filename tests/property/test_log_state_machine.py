@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from broker.clock import ManualClock
-from broker.config import LogConfig
 from broker.log.errors import OffsetOutOfRangeError
 from broker.log.log import Log
 from broker.protocol import records
+from broker.topic_config import LogConfig
 
 pytestmark = pytest.mark.property
 

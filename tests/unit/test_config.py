@@ -1,4 +1,4 @@
-"""Broker and topic configuration (broker/config.py)."""
+"""Broker and topic configuration (broker/config.py, config_def.py, topic_config.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig, ConfigError, LogConfig, read_properties
+from broker.config import BrokerConfig, read_properties
+from broker.config_def import ConfigError
+from broker.topic_config import LogConfig
 
 pytestmark = pytest.mark.unit
 

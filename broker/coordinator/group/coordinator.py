@@ -22,7 +22,8 @@ complete joins whose rebalance timeout passed, and end delayed initial rebalance
 
 Commits and completed rebalances are appended to the offsets partition with acks=all through
 the replica manager, and acknowledged (and applied to the in-memory cache) only once the ISR
-has them, so a committed offset survives the loss of the coordinator.
+has them, so a committed offset survives the loss of the coordinator. Creating the topic,
+reading a partition back and appending to it are ``group_metadata_manager.py``'s.
 
 Transactional commits (TxnOffsetCommit, KIP-98) are appended as a transactional batch of the
 committing producer and kept *pending*; when the transaction's marker is written to the
@@ -38,18 +39,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from broker.coordinator.group import persistence
-from broker.coordinator.group.group import (
-    Completions,
-    Group,
+from broker.coordinator.group.group import Group
+from broker.coordinator.group.group_metadata import (
     GroupConfig,
     GroupDescription,
     GroupOverview,
     GroupState,
+)
+from broker.coordinator.group.group_metadata_manager import (
+    OFFSETS_TOPIC,
+    GroupMetadataManager,
+    OffsetsPartition,
+)
+from broker.coordinator.group.offsets_topic import OffsetValue, partition_for
+from broker.coordinator.group.results import (
+    Completions,
     JoinResult,
     LeaveMemberResult,
     LeaveResult,
@@ -57,14 +64,7 @@ from broker.coordinator.group.group import (
     Pending,
     SyncResult,
 )
-from broker.coordinator.group.offsets_topic import (
-    GroupMetadataValue,
-    MemberRecord,
-    OffsetValue,
-    partition_for,
-)
-from broker.log.log import AppendOrigin
-from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.errors import ErrorCode
 from broker.types import TopicPartition
 
 if TYPE_CHECKING:
@@ -76,22 +76,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 TIMER_INTERVAL_S = 0.1
-LOAD_CHUNK_BYTES = 1024 * 1024
-
-
-@dataclass(slots=True)
-class OffsetsPartition:
-    """One ``__consumer_offsets`` partition this broker leads."""
-
-    partition: int
-    leader_epoch: int
-    loaded: bool = False
-    groups: dict[str, Group] = field(default_factory=dict)
-    offsets: dict[str, dict[TopicPartition, OffsetValue]] = field(default_factory=dict)
-    # producer id -> group -> partition -> offset of a transaction not ended yet
-    pending: persistence.PendingOffsets = field(default_factory=dict)
 
 
 class GroupCoordinator:
@@ -110,8 +95,9 @@ class GroupCoordinator:
         self.clock = clock
         self.broker_id = broker_id
         self.metadata = metadata
-        self.replica_manager = replica_manager
-        self.controller = controller
+        self.group_manager = GroupMetadataManager(
+            config, clock, metadata, replica_manager, controller
+        )
         self.num_partitions = int(config["offsets.topic.num.partitions"])
         self.group_config = GroupConfig(
             min_session_timeout_ms=config["group.min.session.timeout.ms"],
@@ -125,7 +111,6 @@ class GroupCoordinator:
         self._joins: dict[tuple[str, str], asyncio.Future[JoinResult]] = {}
         self._syncs: dict[tuple[str, str], asyncio.Future[SyncResult]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._creating = False
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -165,26 +150,9 @@ class GroupCoordinator:
             self._unload(tp.partition)
 
     async def _load(self, state: OffsetsPartition) -> None:
-        tp = TopicPartition(OFFSETS_TOPIC, state.partition)
-        partition = self.replica_manager.partitions.get(tp)
-        if partition is None:
-            return
-        # wait until this leader's high watermark covers what earlier leaders committed
-        for _ in range(600):
-            if partition.high_watermark >= partition.log.log_end_offset or not partition.is_leader:
-                break
-            await asyncio.sleep(0.05)
-        end = partition.high_watermark
-
-        def read(offset: int) -> tuple[bytes, int] | None:
-            data = partition.log.read(offset, LOAD_CHUNK_BYTES, max_offset=end, min_one_batch=True)
-            if data is None or data.size == 0:
-                return None
-            return data.read_bytes(), data.last_offset + 1
-
-        loaded = persistence.load_partition(read, partition.log.log_start_offset, end)
-        if self._partitions.get(state.partition) is not state:
-            return  # unloaded meanwhile
+        loaded = await self.group_manager.load(state)
+        if loaded is None or self._partitions.get(state.partition) is not state:
+            return  # not hosted here, or unloaded meanwhile
         now = self.clock.time_ms()
         state.offsets = loaded.offsets
         state.pending = loaded.pending
@@ -231,7 +199,7 @@ class GroupCoordinator:
     async def find_coordinator(self, key: str) -> tuple[ErrorCode, int, str, int]:
         topic = self.metadata.topic(OFFSETS_TOPIC)
         if topic is None:
-            await self._create_offsets_topic()
+            await self.group_manager.create_topic()
             return ErrorCode.coordinator_not_available, -1, "", -1
         info = topic.partitions.get(partition_for(key, self.num_partitions))
         if info is None or info.leader < 0:
@@ -240,26 +208,6 @@ class GroupCoordinator:
         if broker is None:
             return ErrorCode.coordinator_not_available, -1, "", -1
         return ErrorCode.none, broker.id, broker.host, broker.port
-
-    async def _create_offsets_topic(self) -> None:
-        if self._creating:
-            return
-        self._creating = True
-        try:
-            live = max(len(self.metadata.brokers()), 1)
-            rf = min(int(self.config["offsets.topic.replication.factor"]), live)
-            configs = {
-                "cleanup.policy": "compact",
-                "compression.type": "producer",
-                "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
-            }
-            await self.controller.create_internal_topic(
-                OFFSETS_TOPIC, self.num_partitions, rf, configs
-            )
-        except KafkaError as exc:
-            log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
-        finally:
-            self._creating = False
 
     # --- routing ------------------------------------------------------------------------
 
@@ -289,12 +237,12 @@ class GroupCoordinator:
         completions = group.drain_completions()
         self._deliver(group.group_id, completions)
         if completions.persist:
-            await self._store_group(state, group)
+            await self.group_manager.store_group(state, group)
         if group.join_can_complete(now):
             done = group.complete_join(now)
             self._deliver(group.group_id, done)
             if done.persist:
-                await self._store_group(state, group)
+                await self.group_manager.store_group(state, group)
         if group.state is GroupState.DEAD:
             state.groups.pop(group.group_id, None)
 
@@ -383,7 +331,7 @@ class GroupCoordinator:
         self._syncs[(group_id, result.member_id)] = fut
         if result.store is not None:
             store = result.store
-            code = await self._store_group(state, group, store.assignments)
+            code = await self.group_manager.store_group(state, group, store.assignments)
             done = group.complete_sync(
                 store.generation_id, store.assignments, self.clock.time_ms(), code
             )
@@ -450,69 +398,6 @@ class GroupCoordinator:
                     except Exception:
                         log.exception("group %s: timer work failed", group.group_id)
 
-    # --- persistence ------------------------------------------------------------------------
-
-    async def _append(
-        self, state: OffsetsPartition, blob: bytes, *, transactional: bool = False
-    ) -> ErrorCode:
-        """Append ``blob`` (acks=all); a transactional commit is appended as the coordinator's
-        own write, so its producer's sequence numbers are not checked (Kafka's
-        AppendOrigin.COORDINATOR)."""
-        tp = TopicPartition(OFFSETS_TOPIC, state.partition)
-        results = await self.replica_manager.append_records(
-            {tp: blob},
-            required_acks=-1,
-            timeout_ms=int(self.config["offsets.commit.timeout.ms"]),
-            origin=AppendOrigin.COORDINATOR if transactional else AppendOrigin.CLIENT,
-        )
-        code = results[tp].error
-        if code in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition):
-            return ErrorCode.not_coordinator
-        if code in (
-            ErrorCode.not_enough_replicas,
-            ErrorCode.not_enough_replicas_after_append,
-            ErrorCode.request_timed_out,
-        ):
-            return ErrorCode.coordinator_not_available
-        if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):
-            return ErrorCode.unknown_server_error
-        return code
-
-    async def _store_group(
-        self, state: OffsetsPartition, group: Group, assignments: Mapping[str, bytes] | None = None
-    ) -> ErrorCode:
-        now = self.clock.time_ms()
-        if group.state is GroupState.DEAD:
-            value = None
-        else:
-            chosen = group.protocol_name
-            members = []
-            for m in group.members:
-                protocols = dict(m.protocols)
-                members.append(
-                    MemberRecord(
-                        member_id=m.member_id,
-                        group_instance_id=m.group_instance_id,
-                        client_id=m.client_id,
-                        client_host=m.client_host,
-                        rebalance_timeout_ms=m.rebalance_timeout_ms,
-                        session_timeout_ms=m.session_timeout_ms,
-                        subscription=protocols.get(chosen or "", b""),
-                        assignment=(assignments or {}).get(m.member_id, m.assignment),
-                    )
-                )
-            value = GroupMetadataValue(
-                protocol_type=group.protocol_type or "",
-                generation=group.generation_id,
-                protocol=chosen,
-                leader=group.leader_id,
-                current_state_timestamp=now,
-                members=tuple(members),
-            )
-        return await self._append(
-            state, persistence.group_metadata_batch(group.group_id, value, now)
-        )
-
     # --- offsets ----------------------------------------------------------------------------
 
     async def commit_offsets(
@@ -549,7 +434,9 @@ class GroupCoordinator:
                 offset=offset, leader_epoch=epoch, metadata=metadata or "", commit_timestamp=now
             )
         if values:
-            code = await self._append(state, persistence.offset_commit_batch(group_id, values, now))
+            code = await self.group_manager.append(
+                state, persistence.offset_commit_batch(group_id, values, now)
+            )
             if code == ErrorCode.none and self._partitions.get(state.partition) is state:
                 cache = state.offsets.setdefault(group_id, {})
                 for tp, value in values.items():
@@ -599,7 +486,7 @@ class GroupCoordinator:
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,
             )
-            code = await self._append(state, blob, transactional=True)
+            code = await self.group_manager.append(state, blob, transactional=True)
             if code == ErrorCode.none and self._partitions.get(state.partition) is state:
                 state.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
             for tp in values:
@@ -658,7 +545,9 @@ class GroupCoordinator:
             return ErrorCode.none, dict.fromkeys(partitions, ErrorCode.group_subscribed_to_topic)
         now = self.clock.time_ms()
         tombstones: dict[TopicPartition, OffsetValue | None] = dict.fromkeys(partitions)
-        code = await self._append(state, persistence.offset_commit_batch(group_id, tombstones, now))
+        code = await self.group_manager.append(
+            state, persistence.offset_commit_batch(group_id, tombstones, now)
+        )
         if code != ErrorCode.none:
             return code, {}
         for tp in partitions:
@@ -687,7 +576,7 @@ class GroupCoordinator:
                 if not expired:
                     continue
                 blob = persistence.offset_commit_batch(group_id, expired, now_ms)
-                if await self._append(state, blob) != ErrorCode.none:
+                if await self.group_manager.append(state, blob) != ErrorCode.none:
                     continue
                 for tp in expired:
                     committed.pop(tp, None)
@@ -697,7 +586,7 @@ class GroupCoordinator:
                     if group is not None and not group.members:
                         group.delete(now_ms)
                         state.groups.pop(group_id, None)
-                        await self._append(
+                        await self.group_manager.append(
                             state, persistence.group_metadata_batch(group_id, None, now_ms)
                         )
                 log.info("group %s: %d offsets expired", group_id, len(expired))
@@ -753,11 +642,11 @@ class GroupCoordinator:
             tombstones: dict[TopicPartition, OffsetValue | None] = dict.fromkeys(committed or {})
             code = ErrorCode.none
             if tombstones:
-                code = await self._append(
+                code = await self.group_manager.append(
                     state, persistence.offset_commit_batch(group_id, tombstones, now)
                 )
             if code == ErrorCode.none:
-                code = await self._append(
+                code = await self.group_manager.append(
                     state, persistence.group_metadata_batch(group_id, None, now)
                 )
             if code == ErrorCode.none:

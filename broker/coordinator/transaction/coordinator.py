@@ -21,7 +21,8 @@ so a concurrent request gets CONCURRENT_TRANSACTIONS), append the new state to
 PrepareCommit / PrepareAbort is written; the markers are then written by the
 :class:`~broker.coordinator.transaction.markers.TransactionMarkerChannel`, and
 CompleteCommit / CompleteAbort is written (retried until it is, while this broker remains
-the coordinator) when every partition has its marker.
+the coordinator) when every partition has its marker. Creating the topic, reading a partition
+back and appending to it are ``transaction_state_manager.py``'s.
 
 A timer aborts transactions open longer than their ``transaction.timeout.ms`` (every
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms``), fencing the producer's
@@ -38,8 +39,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from broker.coordinator.message_codec import partition_for
 from broker.coordinator.transaction import persistence
@@ -57,6 +58,11 @@ from broker.coordinator.transaction.state import (
     verify_partitions,
 )
 from broker.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
+from broker.coordinator.transaction.transaction_state_manager import (
+    TopicCreator,
+    TransactionStateManager,
+    TxnPartition,
+)
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.types import TopicPartition
 
@@ -72,19 +78,8 @@ __all__ = ["TRANSACTION_STATE_TOPIC", "TransactionCoordinator", "TransactionDesc
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
-LOAD_CHUNK_BYTES = 1024 * 1024
 COMPLETE_RETRY_S = 0.1
 TIMER_INTERVAL_S = 0.1
-
-
-@dataclass(slots=True)
-class TxnPartition:
-    """One ``__transaction_state`` partition this broker leads."""
-
-    partition: int
-    coordinator_epoch: int
-    loaded: bool = False
-    transactions: dict[str, TransactionMetadata] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +93,6 @@ class TransactionDescription:
     timeout_ms: int
     start_ms: int
     partitions: tuple[TopicPartition, ...]
-
-
-class TopicCreator(Protocol):
-    """What the coordinator needs to create ``__transaction_state`` (the controller)."""
-
-    async def create_internal_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
-    ) -> None: ...
 
 
 class TransactionCoordinator:
@@ -126,10 +113,11 @@ class TransactionCoordinator:
         self.clock = clock
         self.broker_id = broker_id
         self.metadata = metadata
-        self.replica_manager = replica_manager
         self.producer_ids = producer_ids
-        self.topic_creator = topic_creator
         self.markers = markers
+        self.state_manager = TransactionStateManager(
+            config, metadata, replica_manager, topic_creator
+        )
         self.num_partitions = int(config["transaction.state.log.num.partitions"])
         self.offsets_partitions = int(config["offsets.topic.num.partitions"])
         self.max_timeout_ms = int(config["transaction.max.timeout.ms"])
@@ -140,10 +128,8 @@ class TransactionCoordinator:
         self.expire_interval_ms = int(
             config["transaction.remove.expired.transaction.cleanup.interval.ms"]
         )
-        self.append_timeout_ms = int(config["request.timeout.ms"])
         self._partitions: dict[int, TxnPartition] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._creating = False
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -184,22 +170,9 @@ class TransactionCoordinator:
             self._unload(tp.partition)
 
     async def _load(self, state: TxnPartition) -> None:
-        tp = TopicPartition(TRANSACTION_STATE_TOPIC, state.partition)
-        partition = self.replica_manager.partitions.get(tp)
-        if partition is None:
-            return
-        plog = partition.log
-        end = plog.log_end_offset  # the leader's whole log, as Kafka loads
-
-        def read(offset: int) -> tuple[bytes, int] | None:
-            data = plog.read(offset, LOAD_CHUNK_BYTES, max_offset=end, min_one_batch=True)
-            if data is None or data.size == 0:
-                return None
-            return data.read_bytes(), data.last_offset + 1
-
-        loaded = persistence.load_partition(read, plog.log_start_offset, end)
-        if self._partitions.get(state.partition) is not state:
-            return  # unloaded meanwhile
+        loaded = self.state_manager.load(state)
+        if loaded is None or self._partitions.get(state.partition) is not state:
+            return  # not hosted here, or unloaded meanwhile
         now = self.clock.time_ms()
         resend: list[TransactionMetadata] = []
         for txn_id, value in loaded.values.items():
@@ -256,7 +229,7 @@ class TransactionCoordinator:
     async def find_coordinator(self, transactional_id: str) -> tuple[ErrorCode, int, str, int]:
         topic = self.metadata.topic(TRANSACTION_STATE_TOPIC)
         if topic is None:
-            await self._create_topic()
+            await self.state_manager.create_topic()
             return ErrorCode.coordinator_not_available, -1, "", -1
         info = topic.partitions.get(self.partition_for(transactional_id))
         if info is None or info.leader < 0:
@@ -265,30 +238,6 @@ class TransactionCoordinator:
         if broker is None:
             return ErrorCode.coordinator_not_available, -1, "", -1
         return ErrorCode.none, broker.id, broker.host, broker.port
-
-    async def _create_topic(self) -> None:
-        if self._creating:
-            return
-        self._creating = True
-        try:
-            live = max(len(self.metadata.brokers()), 1)
-            rf = min(int(self.config["transaction.state.log.replication.factor"]), live)
-            min_isr = min(int(self.config["transaction.state.log.min.isr"]), rf)
-            configs = {
-                "cleanup.policy": "compact",
-                "compression.type": "uncompressed",
-                "unclean.leader.election.enable": "false",
-                "min.insync.replicas": str(min_isr),
-                "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
-            }
-            await self.topic_creator.create_internal_topic(
-                TRANSACTION_STATE_TOPIC, self.num_partitions, rf, configs
-            )
-        except KafkaError as exc:
-            if exc.code != ErrorCode.topic_already_exists:
-                log.warning("creating %s failed: %s", TRANSACTION_STATE_TOPIC, exc)
-        finally:
-            self._creating = False
 
     # --- routing --------------------------------------------------------------------------
 
@@ -302,30 +251,13 @@ class TransactionCoordinator:
 
     # --- writing __transaction_state ----------------------------------------------------------
 
-    async def _append(self, state: TxnPartition, blob: bytes) -> ErrorCode:
-        tp = TopicPartition(TRANSACTION_STATE_TOPIC, state.partition)
-        results = await self.replica_manager.append_records(
-            {tp: blob}, required_acks=-1, timeout_ms=self.append_timeout_ms
-        )
-        code = results[tp].error
-        if code in (
-            ErrorCode.unknown_topic_or_partition,
-            ErrorCode.not_enough_replicas,
-            ErrorCode.not_enough_replicas_after_append,
-            ErrorCode.request_timed_out,
-        ):
-            return ErrorCode.coordinator_not_available
-        if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
-            return ErrorCode.not_coordinator
-        if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large):
-            return ErrorCode.unknown_server_error
-        return code
-
     async def _write(
         self, state: TxnPartition, meta: TransactionMetadata, transit: TxnTransit
     ) -> ErrorCode:
         """Append ``transit`` and complete it, or cancel it on failure."""
-        code = await self._append(state, persistence.transit_batch(meta.transactional_id, transit))
+        code = await self.state_manager.append(
+            state, persistence.transit_batch(meta.transactional_id, transit)
+        )
         if not self._current(state, meta):
             return ErrorCode.not_coordinator
         if code is ErrorCode.none:
@@ -558,7 +490,7 @@ class TransactionCoordinator:
         """Write CompleteCommit / CompleteAbort, retrying while this is the coordinator."""
         blob = persistence.transit_batch(meta.transactional_id, transit)
         while self._current(state, meta):
-            code = await self._append(state, blob)
+            code = await self.state_manager.append(state, blob)
             if not self._current(state, meta):
                 return
             if code is ErrorCode.none:
@@ -620,7 +552,7 @@ class TransactionCoordinator:
                 continue
             for meta in doomed:
                 meta.prepare_dead()
-            code = await self._append(
+            code = await self.state_manager.append(
                 state, persistence.tombstone_batch([m.transactional_id for m in doomed], now)
             )
             for meta in doomed:

@@ -36,14 +36,16 @@ from kio.serial import entity_reader
 from broker.api import groups, offsets
 from broker.api.context import RequestContext
 from broker.api.dispatcher import HANDLERS, Dispatcher
-from broker.coordinator.group.group import (
+from broker.coordinator.group.group_metadata import (
     GroupDescription,
     GroupOverview,
+    MemberDescription,
+)
+from broker.coordinator.group.results import (
     JoinMember,
     JoinResult,
     LeaveMemberResult,
     LeaveResult,
-    MemberDescription,
     MemberIdentity,
     SyncResult,
 )

@@ -14,7 +14,8 @@ import pytest
 from broker.clock import ManualClock
 from broker.config import BrokerConfig
 from broker.coordinator.group import persistence
-from broker.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, OffsetsPartition
+from broker.coordinator.group.coordinator import GroupCoordinator
+from broker.coordinator.group.group_metadata_manager import OFFSETS_TOPIC, OffsetsPartition
 from broker.coordinator.group.offsets_topic import (
     OffsetKey,
     decode_key,

@@ -1,4 +1,5 @@
-"""Unit and property tests for broker.coordinator.group.group (the classic group state machine).
+"""Unit and property tests for broker.coordinator.group.group (the classic group state machine,
+with its state in group_metadata and its members and protocol vote in member).
 
 Each error path of JoinGroup, SyncGroup, Heartbeat, LeaveGroup and offset-commit validation is
 exercised against Kafka 3.9's classic coordinator semantics; a Hypothesis state machine drives
@@ -17,25 +18,29 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from broker.coordinator.group.group import (
-    NEW_MEMBER_JOIN_TIMEOUT_MS,
-    UNKNOWN_MEMBER_ID,
+from broker.coordinator.group.group import Group
+from broker.coordinator.group.group_metadata import (
     VALID_PREVIOUS_STATES,
-    Completions,
-    Group,
     GroupConfig,
     GroupDescription,
     GroupState,
     IllegalGroupTransition,
+)
+from broker.coordinator.group.member import (
+    NEW_MEMBER_JOIN_TIMEOUT_MS,
+    UNKNOWN_MEMBER_ID,
+    Member,
+    _java_string_hash,
+    select_protocol,
+)
+from broker.coordinator.group.results import (
+    Completions,
     JoinMember,
     JoinResult,
     LeaveMemberResult,
-    Member,
     MemberIdentity,
     Pending,
     SyncResult,
-    _java_string_hash,
-    select_protocol,
 )
 from broker.protocol.errors import ErrorCode
 

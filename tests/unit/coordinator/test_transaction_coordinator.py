@@ -19,10 +19,11 @@ import pytest
 from broker.clock import ManualClock
 from broker.config import BrokerConfig
 from broker.coordinator.transaction import persistence
-from broker.coordinator.transaction.coordinator import TransactionCoordinator, TxnPartition
+from broker.coordinator.transaction.coordinator import TransactionCoordinator
 from broker.coordinator.transaction.markers import TransactionMarkerChannel
 from broker.coordinator.transaction.state import TxnState
 from broker.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC, partition_for
+from broker.coordinator.transaction.transaction_state_manager import TxnPartition
 from broker.metadata.cache import BrokerInfo, MetadataCache, PartitionInfo
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode

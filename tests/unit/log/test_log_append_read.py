@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from broker.clock import ManualClock
-from broker.config import LogConfig
 from broker.log.errors import OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from broker.log.log import AppendResult, Log, parse_topic_partition
 from broker.log.producer_state import OutOfOrderSequenceError
 from broker.protocol import records
 from broker.protocol.records import CorruptRecordError
+from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
 pytestmark = pytest.mark.unit

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from broker.clock import ManualClock
-from broker.config import LogConfig
 from broker.log import segment as segment_module
 from broker.log.log import AppendResult, Log
 from broker.log.segment import LogSegment
 from broker.protocol import records
+from broker.topic_config import LogConfig
 
 pytestmark = pytest.mark.unit
 

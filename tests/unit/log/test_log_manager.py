@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from broker.clock import ManualClock
-from broker.config import LogConfig
 from broker.log.checkpoints import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
@@ -19,6 +18,7 @@ from broker.log.errors import InconsistentBrokerMetadataError, KafkaStorageError
 from broker.log.log import Log
 from broker.log.log_manager import LogManager
 from broker.protocol import records
+from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
 pytestmark = pytest.mark.unit

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from broker.clock import ManualClock
-from broker.config import LogConfig
 from broker.log.leader_epoch import LEADER_EPOCH_CHECKPOINT
 from broker.log.log import Log
 from broker.protocol import records
+from broker.topic_config import LogConfig
 
 pytestmark = pytest.mark.unit
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from broker.clock import ManualClock
-from broker.config import LogConfig
 from broker.log.errors import OffsetOutOfRangeError
 from broker.log.log import AppendResult, Log
 from broker.protocol import records
+from broker.topic_config import LogConfig
 
 pytestmark = pytest.mark.unit
 

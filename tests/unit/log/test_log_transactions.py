@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from broker.clock import ManualClock
-from broker.config import LogConfig
 from broker.log.log import AppendOrigin, AppendResult, Log
 from broker.log.producer_state import InvalidProducerEpochError, InvalidTxnStateError
 from broker.log.transaction_index import AbortedTxn
 from broker.protocol import records
 from broker.protocol.control_records import ControlType, encode_marker_batch
 from broker.protocol.records import InvalidRecordError
+from broker.topic_config import LogConfig
 
 pytestmark = pytest.mark.unit
 

@@ -9,10 +9,11 @@ import logging
 
 import pytest
 
-from broker.config import BrokerConfig, LogConfig
+from broker.config import BrokerConfig
 from broker.controller import znodes
 from broker.controller.topic_admin import InvalidConfigError
 from broker.metadata.topic_configs import TopicConfigManager
+from broker.topic_config import LogConfig
 from tests.fakes.zookeeper import FakeZooKeeper
 
 pytestmark = pytest.mark.unit

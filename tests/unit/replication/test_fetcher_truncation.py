@@ -19,10 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.clock import ManualClock
-from broker.config import LogConfig
 from broker.log.log import Log
 from broker.protocol import records
 from broker.replication.fetcher import FetcherConfig, FetchState, LeaderFetcher
+from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
 pytestmark = pytest.mark.unit

@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.clock import ManualClock
-from broker.config import LogConfig
 from broker.log.log import Log
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode
 from broker.replication.partition import NotEnoughReplicasError, NotLeaderError, Partition
+from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
 pytestmark = pytest.mark.unit

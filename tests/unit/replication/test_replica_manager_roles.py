@@ -16,7 +16,7 @@ from typing import TypeVar
 import pytest
 
 from broker.clock import ManualClock
-from broker.config import BrokerConfig, LogConfig
+from broker.config import BrokerConfig
 from broker.log.log_manager import LogManager
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode
@@ -26,6 +26,7 @@ from broker.replication.replica_manager import (
     PartitionStateSpec,
     ReplicaManager,
 )
+from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
 pytestmark = pytest.mark.unit
@@ -306,7 +307,7 @@ def test_isr_changes_go_through_alter_isr_one_at_a_time(tmp_path: Path) -> None:
             await gate.wait()
             return zk_version + 1
 
-        b.rm._alter_isr = alter_isr
+        b.rm.alter_isr_manager.alter_isr = alter_isr
         b.apply(7, _spec(leader=1, epoch=2, isr=(1,), replicas=(1, 2, 3), zk_version=4))
         p = b.rm.partitions[TP]
         b.rm.start()

@@ -1,0 +1,116 @@
+"""Typed configuration properties (Kafka's ``ConfigDef``): a property's name, type, default,
+documentation and validator, the parsing of raw values (strings from ``server.properties``,
+ZooKeeper or a request) with errors that name the property, a few validators, and Kafka's
+rendering of a value in DescribeConfigs.
+
+The broker properties (:mod:`broker.config`) and the topic-level configs
+(:mod:`broker.topic_config`) are tables of these definitions.
+
+Concurrency: immutable definitions and pure functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+__all__ = [
+    "ConfigDef",
+    "ConfigError",
+    "ConfigType",
+    "at_least",
+    "format_config_value",
+    "one_of",
+]
+
+
+class ConfigError(ValueError):
+    """An unknown property or an invalid value; the message names the property."""
+
+
+class ConfigType(Enum):
+    """Kafka's DescribeConfigs ``config_type`` values."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    """One property: its name, type, default (already parsed), validator and documentation."""
+
+    name: str
+    type: ConfigType
+    default: Any
+    doc: str
+    validator: Callable[[Any], bool] | None = None
+    valid_text: str = ""
+
+    def parse(self, raw: object) -> Any:
+        """Parse a raw (usually string) value; raise ConfigError naming the property."""
+        try:
+            value = _parse_typed(self.type, raw)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"Invalid value {raw!r} for configuration {self.name}: expected "
+                f"{self.type.name.lower()}"
+            ) from exc
+        if self.validator is not None and value is not None and not self.validator(value):
+            hint = f" ({self.valid_text})" if self.valid_text else ""
+            raise ConfigError(f"Invalid value {raw!r} for configuration {self.name}{hint}")
+        return value
+
+
+def _parse_typed(kind: ConfigType, raw: object) -> Any:
+    if raw is None:
+        return None
+    if kind is ConfigType.BOOLEAN:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("true", "false"):
+            return text == "true"
+        raise ValueError(raw)
+    if kind in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
+        if isinstance(raw, bool):
+            raise ValueError(raw)
+        value = int(str(raw).strip())
+        limit = {ConfigType.INT: 2**31, ConfigType.SHORT: 2**15, ConfigType.LONG: 2**63}[kind]
+        if not -limit <= value < limit:
+            raise ValueError(raw)
+        return value
+    if kind is ConfigType.DOUBLE:
+        return float(str(raw).strip())
+    if kind is ConfigType.LIST:
+        if isinstance(raw, list | tuple):
+            return tuple(str(x) for x in raw)
+        return tuple(p.strip() for p in str(raw).split(",") if p.strip())
+    return str(raw).strip()
+
+
+def at_least(n: int) -> Callable[[Any], bool]:
+    """A validator: the value is ``>= n``."""
+    return lambda v: v >= n
+
+
+def one_of(*choices: str) -> Callable[[Any], bool]:
+    """A validator: the value is one of ``choices``."""
+    return lambda v: v in choices
+
+
+def format_config_value(value: Any) -> str:
+    """Render a parsed value the way Kafka prints it in DescribeConfigs."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)
