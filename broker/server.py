@@ -42,6 +42,7 @@ from broker.coordinator.producer_ids import ProducerIdManager
 from broker.coordinator.transaction.coordinator import TransactionCoordinator
 from broker.coordinator.transaction.markers import TransactionMarkerChannel
 from broker.coordinator.transaction.verifier import TransactionVerifier
+from broker.log.cleaner.manager import CleanerSettings, LogCleaner
 from broker.log.log_manager import LogManager
 from broker.metadata.cache import MetadataCache
 from broker.metadata.topic_configs import TopicConfigManager
@@ -79,6 +80,7 @@ class Broker:
         self.txn_coordinator: TransactionCoordinator | None = None
         self.broker_pool: BrokerPool | None = None
         self.forwarding_pool: BrokerPool | None = None
+        self.log_cleaner: LogCleaner | None = None
 
     async def start(self) -> None:
         cfg = self.config
@@ -105,6 +107,7 @@ class Broker:
         )
         await asyncio.to_thread(self.log_manager.startup, topic_configs.log_config_for)
         await self._delete_stray_logs()
+        self._start_log_cleaner(topic_configs)
         self.replica_manager = ReplicaManager(
             cfg,
             self.log_manager,
@@ -168,6 +171,30 @@ class Broker:
         await self.controller.startup()
         self._start_periodic_tasks()
         log.info("broker %d started (cluster %s)", self.broker_id, cluster_id)
+
+    def _start_log_cleaner(self, topic_configs: TopicConfigManager) -> None:
+        """Compaction of ``cleanup.policy=compact`` logs (``log.cleaner.*``)."""
+        cfg = self.config
+        lm = self.log_manager
+        assert lm is not None
+        if not cfg["log.cleaner.enable"] or cfg["log.cleaner.threads"] <= 0:
+            return
+        self.log_cleaner = cleaner = LogCleaner(
+            lm.all_logs,
+            cfg.log_dirs,
+            CleanerSettings(
+                threads=cfg["log.cleaner.threads"],
+                dedupe_buffer_size=cfg["log.cleaner.dedupe.buffer.size"],
+                io_buffer_size=cfg["log.cleaner.io.buffer.size"],
+                io_buffer_load_factor=cfg["log.cleaner.io.buffer.load.factor"],
+                io_max_bytes_per_second=cfg["log.cleaner.io.max.bytes.per.second"],
+                backoff_ms=cfg["log.cleaner.backoff.ms"],
+            ),
+            clock=self.clock,
+        )
+        lm.deletion_listeners.append(cleaner.forget)
+        topic_configs.add_listener(lambda _topic, _config: cleaner.wake())
+        cleaner.start()
 
     def _forwarding_pool(self, metadata: MetadataCache) -> BrokerPool:
         """Connections that forward controller-bound admin requests (api/forwarding.py); the
@@ -303,6 +330,8 @@ class Broker:
                 await pool.close()
         if self.group_coordinator is not None:
             await self.group_coordinator.shutdown()
+        if self.log_cleaner is not None:
+            await self.log_cleaner.stop()
         if self.replica_manager is not None:
             await self.replica_manager.shutdown()
         if self.controller is not None:

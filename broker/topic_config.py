@@ -248,6 +248,16 @@ class LogConfig:
         return "compact" in self.cleanup_policy
 
     @property
+    def max_segment_ms(self) -> int:
+        """How old the active segment may get before it rolls: ``segment.ms``, or on a
+        compacted topic the smaller ``max.compaction.lag.ms``, so the active segment (which is
+        never cleaned) cannot hold records past their maximum compaction lag (Kafka's
+        ``maxSegmentMs``)."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
+
+    @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
 

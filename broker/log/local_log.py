@@ -3,6 +3,14 @@ the ordered segments, the log start / recovery point / log end markers, reads, f
 the delayed deletion of segment files. :class:`~broker.log.log.Log` builds the partition log
 on top of it (appends, producer state, leader epochs, truncation, retention, transactions).
 
+Compaction's output comes in through ``replace_with_cleaned`` (Kafka's ``replaceSegments``),
+a sequence of renames that is safe to interrupt at any point (the loader finishes or undoes
+it): the cleaned files ``<base>.<suffix>.cleaned`` are renamed ``.swap`` (indexes first, the
+``.log`` last) and the directory fsynced; the replaced segments are renamed ``*.deleted``; the
+``.swap`` files get their final names (indexes first, the ``.log`` last) and the directory is
+fsynced again. A crash before the ``.log`` becomes ``.swap`` leaves the old segments (the
+``.cleaned`` files are removed at load); after it, the loader completes the swap.
+
 Deleted segments are renamed to ``*.deleted`` and physically removed
 ``file.delete.delay.ms`` later (``delete_pending_files``), so a fetch response that holds a
 segment's open file can still be sent.
@@ -29,7 +37,13 @@ from broker.log.checkpoints import fsync_dir
 from broker.log.errors import LogClosedError, OffsetOutOfRangeError
 from broker.log.file_records import FetchSlice
 from broker.log.log_segments import LogSegments
-from broker.log.segment import LogSegment
+from broker.log.segment import (
+    CLEANED_SUFFIX,
+    SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
+    LogSegment,
+    segment_file,
+)
 from broker.log.time_index import NO_TIMESTAMP
 from broker.protocol.records import BatchHeader
 from broker.topic_config import LogConfig
@@ -143,7 +157,7 @@ class LocalLog:
         jitter = self.config.segment_jitter_ms
         if jitter <= 0:
             return 0
-        return self._rng.randrange(min(jitter, self.config.segment_ms))
+        return self._rng.randrange(min(jitter, self.config.max_segment_ms))
 
     def _maybe_flush(self, now: int) -> None:
         config = self.config
@@ -276,6 +290,87 @@ class LocalLog:
             else:
                 keep.append(pending)
         self._pending_deletes = keep
+
+    # ======================================================================================
+    # compaction's swap
+    # ======================================================================================
+
+    def modification_marker(self) -> int:
+        """Changes that invalidate a snapshot of the inactive segments (truncations); a
+        cleaning round compares it before it swaps."""
+        return self._truncations
+
+    def replace_with_cleaned(
+        self,
+        base_offset: int,
+        replaced: tuple[int, ...],
+        snapshot: list[LogSegment],
+        marker: int,
+    ) -> bool:
+        """Swap the ``.cleaned`` segment at ``base_offset`` in for the segments ``replaced``
+        (base offsets; all in ``snapshot``, the segments the round read). False, and nothing
+        changed, when the log moved on meanwhile: closed, truncated (``marker``), or those
+        segments are no longer a run of inactive segments of this log, unchanged in size."""
+        if self._closed or marker != self._truncations:
+            return False
+        by_base = {s.base_offset: s for s in snapshot}
+        old = [by_base.get(b) for b in replaced]
+        current = list(self._segments)
+        if any(s is None for s in old) or not replaced or replaced[0] != base_offset:
+            return False
+        olds = [s for s in old if s is not None]
+        try:
+            i = current.index(olds[0])
+        except ValueError:
+            return False
+        if current[i : i + len(olds)] != olds or i + len(olds) >= len(current):
+            return False
+        if any(s.closed or s.active for s in olds):
+            return False
+        directory = self.dir
+        cleaned = {
+            suffix: directory / f"{base_offset:020d}{suffix}{CLEANED_SUFFIX}"
+            for suffix in SEGMENT_SUFFIXES
+        }
+        log_suffix = SEGMENT_SUFFIXES[0]
+        if not cleaned[log_suffix].exists():
+            return False
+        order = [*SEGMENT_SUFFIXES[1:], log_suffix]  # indexes first, the .log last
+        for suffix in order:
+            swap = segment_file(directory, base_offset, suffix + SWAP_SUFFIX)
+            try:
+                os.replace(cleaned[suffix], swap)
+            except FileNotFoundError:
+                continue
+        fsync_dir(directory)
+        self._schedule_delete(olds)
+        for suffix in order:
+            swap = segment_file(directory, base_offset, suffix + SWAP_SUFFIX)
+            try:
+                os.replace(swap, segment_file(directory, base_offset, suffix))
+            except FileNotFoundError:
+                continue
+        fsync_dir(directory)
+        new = LogSegment.open(directory, base_offset, created_ms=self._clock.time_ms())
+        if not new.load_indexes():
+            new.recover(
+                index_interval_bytes=self.config.index_interval_bytes,
+                max_index_size=self.config.segment_index_bytes,
+                min_offset=base_offset,
+                epochs=[],
+            )
+            new.on_become_inactive()
+            new.flush()
+        self._segments.replace_run(olds, new)
+        logger.info(
+            "%s: cleaned segment %d replaces segments %s (%d -> %d bytes)",
+            self.topic_partition,
+            base_offset,
+            list(replaced),
+            sum(s.size for s in olds),
+            new.size,
+        )
+        return True
 
     # ======================================================================================
     # flush, close, delete

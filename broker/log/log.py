@@ -235,10 +235,15 @@ class Log(LocalLog):
     def collect_aborted_transactions(self, start: int, upper: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of every aborted transaction overlapping
         ``[start, upper)``, from the segments' ``.txnindex`` files, oldest first."""
-        out: list[tuple[int, int]] = []
+        return [(t.producer_id, t.first_offset) for t in self.aborted_transactions(start, upper)]
+
+    def aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
+        """The ``.txnindex`` entries of every aborted transaction overlapping
+        ``[start, upper)``, oldest first."""
+        out: list[AbortedTxn] = []
         for segment in self._segments.from_offset(start):
             found, complete = segment.txn_index.collect(start, upper)
-            out.extend((t.producer_id, t.first_offset) for t in found)
+            out.extend(found)
             if complete:
                 break
         return out
@@ -433,6 +438,8 @@ class Log(LocalLog):
         if not header.is_control:
             self.producer_state.update(header, header.max_timestamp)
             return
+        if header.record_count == 0:
+            return  # a marker emptied by the leader's compaction: its transaction is gone
         try:
             marker = decode_marker(view, header)
         except InvalidControlRecordError as exc:
@@ -476,7 +483,7 @@ class Log(LocalLog):
         config = self.config
         if self._segments.active.should_roll(
             segment_bytes=config.segment_bytes,
-            segment_ms=config.segment_ms,
+            segment_ms=config.max_segment_ms,
             messages_size=size,
             max_timestamp_in_messages=max_ts,
             max_offset_in_messages=last_offset,

@@ -41,9 +41,11 @@ from broker.log.leader_epoch import LeaderEpochFileCache
 from broker.log.log_segments import LogSegments
 from broker.log.producer_state import CompletedTxn, EndTxnMarkerInfo, ProducerStateManager
 from broker.log.segment import (
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SWAP_SUFFIX,
     TIMEINDEX_SUFFIX,
     TXNINDEX_SUFFIX,
     LogSegment,
@@ -55,8 +57,6 @@ from broker.protocol.records import BatchHeader, read_header
 from broker.topic_config import LogConfig
 
 __all__ = [
-    "CLEANED_SUFFIX",
-    "SWAP_SUFFIX",
     "LoadedLog",
     "LogLoader",
     "marker_reader",
@@ -64,8 +64,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex)(\.swap)?$")
 
 
@@ -225,6 +223,7 @@ class LogLoader:
     def clean_directory(self) -> list[int]:
         """Finish interrupted operations in the directory and return the segment bases."""
         swaps: list[int] = []
+        index_swaps: list[Path] = []
         logs: set[int] = set()
         indexes: list[tuple[int, Path]] = []
         for entry in os.scandir(self.dir):
@@ -244,6 +243,8 @@ class LogLoader:
             if m.group(3):
                 if m.group(2) == LOG_SUFFIX:
                     swaps.append(base)
+                else:
+                    index_swaps.append(path)
                 continue
             if m.group(2) == LOG_SUFFIX:
                 logs.add(base)
@@ -251,6 +252,10 @@ class LogLoader:
                 indexes.append((base, path))
         for base in sorted(swaps):
             self._complete_swap(base, logs)
+        for path in index_swaps:  # an index renamed .swap before its .log was: not swapped
+            if path.exists():
+                logger.info("%s: removing leftover file %s", self.dir, path.name)
+                path.unlink()
         for base, path in indexes:
             if base not in logs:
                 logger.info("%s: removing orphan index %s", self.dir, path.name)

@@ -78,6 +78,8 @@ class LogManager:
         self.log_dirs = [Path(d) for d in log_dirs]
         self.default_config = default_config
         self.broker_id = broker_id
+        #: called with each deleted log's partition (the log cleaner forgets it)
+        self.deletion_listeners: list[Callable[[TopicPartition], None]] = []
         self.cluster_id = cluster_id
         self._clock = clock
         self._logs: dict[TopicPartition, Log] = {}
@@ -202,6 +204,8 @@ class LogManager:
             return
         log.delete()
         self._checkpoint_dir(log_dir)
+        for listener in self.deletion_listeners:
+            listener(tp)
 
     # --- periodic tasks ----------------------------------------------------------------
 

@@ -4,7 +4,8 @@ A log is a run of segments with increasing base offsets; the last one is the *ac
 segment that appends go to. This collection keeps the segments and their base offsets in
 step (``bisect`` over the bases finds the segment holding an offset) and offers the few
 changes a log makes: append at the end (roll), drop a prefix (retention, log start),
-drop a suffix (truncation), replace everything (full truncation, loading).
+drop a suffix (truncation), replace a run by one cleaned segment (compaction), replace
+everything (full truncation, loading).
 
 Reading helpers walk batch headers across segments (:meth:`LogSegments.batches_from`) and
 find the segment of an offset, which recovery, producer-state replay and transaction-index
@@ -116,6 +117,15 @@ class LogSegments:
         del self._segments[cut:]
         del self._bases[cut:]
         return doomed
+
+    def replace_run(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Replace ``old`` (consecutive segments of this log, in order) by ``new``, which
+        takes the place of the first (a cleaned segment replacing the ones it merged)."""
+        i = self._segments.index(old[0])
+        if self._segments[i : i + len(old)] != old or new.base_offset != old[0].base_offset:
+            raise ValueError("old segments are not a run of this log starting at the new base")
+        self._segments[i : i + len(old)] = [new]
+        self._bases[i : i + len(old)] = [new.base_offset]
 
     def replace(self, segments: Iterable[LogSegment]) -> list[LogSegment]:
         """Make ``segments`` the whole log; returns the segments it had."""

@@ -575,6 +575,8 @@ class ProducerStateManager:
             if header.producer_id < 0:
                 continue
             if header.attributes & CONTROL_MASK:
+                if header.record_count == 0:
+                    continue  # a marker emptied by compaction: its transaction is gone
                 aborted, coordinator_epoch = (False, None) if markers is None else markers(header)
                 completed = update(
                     header,

@@ -57,11 +57,13 @@ from broker.protocol.records import (
 )
 
 __all__ = [
+    "CLEANED_SUFFIX",
     "DELETED_SUFFIX",
     "INDEX_SUFFIX",
     "INT32_MAX",
     "LOG_SUFFIX",
     "SEGMENT_SUFFIXES",
+    "SWAP_SUFFIX",
     "TIMEINDEX_SUFFIX",
     "TXNINDEX_SUFFIX",
     "LogSegment",
@@ -75,6 +77,8 @@ INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 TXNINDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"  # a cleaner's output, not part of the log (removed at load)
+SWAP_SUFFIX = ".swap"  # a cleaner's output being swapped in (the loader completes the swap)
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
 INT32_MAX = 2**31 - 1
 
@@ -122,19 +126,23 @@ class LogSegment:
         *,
         created_ms: int,
         roll_jitter_ms: int = 0,
+        suffix: str = "",
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
+        self.suffix = suffix
         self._file = file
         self._fd = file.fileno()
-        self.log_path = segment_file(directory, base_offset, LOG_SUFFIX)
+        self.log_path = segment_file(directory, base_offset, LOG_SUFFIX + suffix)
         self.offset_index = OffsetIndex(
-            segment_file(directory, base_offset, INDEX_SUFFIX), base_offset
+            segment_file(directory, base_offset, INDEX_SUFFIX + suffix), base_offset
         )
         self.time_index = TimeIndex(
-            segment_file(directory, base_offset, TIMEINDEX_SUFFIX), base_offset
+            segment_file(directory, base_offset, TIMEINDEX_SUFFIX + suffix), base_offset
         )
-        self.txn_index = TransactionIndex(segment_file(directory, base_offset, TXNINDEX_SUFFIX))
+        self.txn_index = TransactionIndex(
+            segment_file(directory, base_offset, TXNINDEX_SUFFIX + suffix)
+        )
         self.size = os.fstat(self._fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
@@ -159,17 +167,25 @@ class LogSegment:
         max_index_size: int,
         created_ms: int,
         roll_jitter_ms: int = 0,
+        suffix: str = "",
     ) -> LogSegment:
         """A new, empty, active segment. Existing empty files are reused; a non-empty
-        ``.log`` of the same name is an error (it would be overwritten)."""
-        path = segment_file(directory, base_offset, LOG_SUFFIX)
+        ``.log`` of the same name is an error (it would be overwritten). ``suffix`` names
+        the files of a segment that is not (yet) part of the log, e.g. the cleaner's
+        ``CLEANED_SUFFIX``: ``<base>.log.cleaned``, ``<base>.index.cleaned``, ..."""
+        path = segment_file(directory, base_offset, LOG_SUFFIX + suffix)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(fd).st_size:
             os.close(fd)
             raise KafkaStorageError(f"segment {path} already exists and is not empty")
         file = os.fdopen(fd, "r+b", buffering=0)
         seg = cls(
-            directory, base_offset, file, created_ms=created_ms, roll_jitter_ms=roll_jitter_ms
+            directory,
+            base_offset,
+            file,
+            created_ms=created_ms,
+            roll_jitter_ms=roll_jitter_ms,
+            suffix=suffix,
         )
         seg.offset_index.open_for_append(max_index_size)
         seg.time_index.open_for_append(max_index_size)
@@ -629,7 +645,10 @@ class LogSegment:
     # --- deletion ----------------------------------------------------------------------
 
     def all_paths(self) -> list[Path]:
-        return [segment_file(self.directory, self.base_offset, s) for s in SEGMENT_SUFFIXES]
+        return [
+            segment_file(self.directory, self.base_offset, s + self.suffix)
+            for s in SEGMENT_SUFFIXES
+        ]
 
     def rename_to_deleted(self) -> list[Path]:
         """Rename the segment's files to ``*.deleted`` (index fds are closed, the ``.log`` stays

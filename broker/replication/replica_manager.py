@@ -433,6 +433,13 @@ class ReplicaManager:
                     log_append_time=cfg.log_append_time,
                     compacted=cfg.compact,
                 )
+                if len(buf) > cfg.segment_bytes:  # Kafka's RecordBatchTooLargeException
+                    raise KafkaError(
+                        f"Message batch size is {len(buf)} bytes in append to partition {tp}, "
+                        f"which exceeds the maximum configured segment size of "
+                        f"{cfg.segment_bytes}.",
+                        ErrorCode.record_list_too_large,
+                    )
                 appended = partition.append_as_leader(buf, validated.headers, required_acks, origin)
                 results[tp] = ProduceResult(
                     ErrorCode.none,

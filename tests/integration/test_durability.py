@@ -126,10 +126,11 @@ def make_producer(cluster: Cluster, extra: dict[str, object] | None = None) -> P
 
 def test_sigkill_restart_keeps_acknowledged_records(cluster: Cluster, topic_name: str) -> None:
     n, partitions = 3000, 3
-    # small segments: recovery has to walk several of them
+    # small segments: recovery has to walk several of them (batches must fit in a segment,
+    # or the broker refuses them with RECORD_LIST_TOO_LARGE, as Kafka does)
     cluster.create_topic(topic_name, partitions, {"segment.bytes": "40000"})
     deliveries = Deliveries()
-    produce(make_producer(cluster), topic_name, range(n), deliveries)
+    produce(make_producer(cluster, {"batch.size": 16384}), topic_name, range(n), deliveries)
     segments = {p: len(cluster.segment_files(topic_name, p)) for p in range(partitions)}
     assert all(c >= 2 for c in segments.values()), f"setup: segments per partition {segments}"
 

@@ -122,6 +122,8 @@ def apply_records(loaded: LoadedPartition, blobs: Iterable[bytes]) -> None:
     for blob in blobs:
         for header in records.iter_batches(blob, allow_partial_tail=True):
             if header.attributes & records.CONTROL_MASK:  # a transaction marker
+                if header.record_count == 0:
+                    continue  # emptied by compaction: its transaction is gone
                 try:
                     marker = decode_marker(blob, header)
                 except InvalidControlRecordError as exc:
