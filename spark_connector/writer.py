@@ -84,6 +84,16 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from spark_connector.exactly_once import (
+    Committer,
+    ExactlyOnce,
+    ExactlyOnceError,
+    TaskTransaction,
+    exactly_once_settings,
+    task_transactions,
+)
+from spark_connector.txn_client import OpenTransaction, TxnClient
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -270,9 +280,11 @@ def producer_config(plan: WritePlan) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class MillraceWriteCommitMessage(WriterCommitMessage):
-    """What one task wrote: the number of rows the cluster acknowledged. Picklable."""
+    """What one task wrote: the number of rows the cluster acknowledged and, with
+    exactly-once, the task's open transaction (None when it wrote nothing). Picklable."""
 
     rows: int
+    transaction: TaskTransaction | None = None
 
 
 class _DeliveryTracker:
@@ -308,10 +320,13 @@ def _headers(value: Any, row: int) -> list[tuple[str, bytes | None]] | None:
     return out
 
 
-def _new_producer(plan: WritePlan, tracker: _DeliveryTracker) -> Any:
+def _new_producer(
+    plan: WritePlan, tracker: _DeliveryTracker, extra: Mapping[str, object] | None = None
+) -> Any:
     from confluent_kafka import KafkaException, Producer
 
     conf = producer_config(plan)
+    conf.update(extra or {})
     conf["on_delivery"] = tracker
     try:
         return Producer(conf)
@@ -369,25 +384,93 @@ def _row_partitions(plan: WritePlan, batch: pa.RecordBatch, row_base: int) -> It
     return out
 
 
-def write_batches(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> MillraceWriteCommitMessage:
+def _task_batch_id(eos: ExactlyOnce) -> tuple[int, int, int]:
+    """(batch id, Spark partition id, attempt number) of the running write task."""
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    if tc is None:
+        raise RuntimeError("an exactly-once write must run inside a Spark task")
+    batch = eos.batch_id
+    if batch is None:
+        prop = tc.getLocalProperty("streaming.sql.batchId")
+        batch = int(prop) if prop is not None else -1
+    return batch, tc.partitionId(), tc.attemptNumber()
+
+
+def _open_transaction(plan: WritePlan, eos: ExactlyOnce, txn_id: str, producer: Any) -> None:
+    try:
+        producer.init_transactions(eos.timeout_ms / 1000)
+        producer.begin_transaction()
+    except Exception as exc:
+        raise DeliveryError(
+            f"cannot open transaction {txn_id} at {plan.bootstrap_servers}: {exc}"
+        ) from exc
+
+
+def _describe_open(
+    plan: WritePlan, txn_id: str
+) -> tuple[OpenTransaction, tuple[tuple[str, int], ...]]:
+    """The task's transaction as its coordinator sees it; it must be open."""
+    with TxnClient(plan.bootstrap_servers) as client:
+        state = client.describe(txn_id)
+    if str(state.transaction_state) != "Ongoing" or int(state.producer_id) < 0:
+        raise DeliveryError(
+            f"transaction {txn_id} is {state.transaction_state} after the task's writes, not "
+            "Ongoing (its producer was fenced or it timed out); the task is retried"
+        )
+    covered = tuple((str(t.topic), int(p)) for t in state.topics for p in t.partitions)
+    return OpenTransaction(txn_id, int(state.producer_id), int(state.producer_epoch)), covered
+
+
+def write_batches(
+    plan: WritePlan, batches: Iterator[pa.RecordBatch], eos: ExactlyOnce | None = None
+) -> MillraceWriteCommitMessage:
     """Produce every row of ``batches`` and wait until each is acknowledged.
 
     Runs on an executor (the body of both writers' ``write``). Raises
     :class:`WriteOptionError` for a row that cannot be produced (checked per Arrow batch,
     before any of that batch's rows are sent) and :class:`DeliveryError` if any delivery
     failed; returns only when every row was acknowledged.
+
+    With ``eos`` (exactly-once, ``docs/exactly-once.md`` step 2) the rows go into a
+    transaction of this task attempt that is left open for the driver to commit, and the
+    message carries it; a batch the sink already prepared is read and not written.
     """
     from confluent_kafka import KafkaException
 
+    txn_id: str | None = None
+    batch_id = partition_id = attempt = -1
+    if eos is not None:
+        batch_id, partition_id, attempt = _task_batch_id(eos)
+        if eos.log_dir is not None and batch_id <= eos.committed_through:
+            for _ in batches:  # a replay of a batch the sink already prepared or committed
+                pass
+            return MillraceWriteCommitMessage(rows=0)
+        txn_id = eos.transactional_id(partition_id, attempt)
     tracker = _DeliveryTracker()
-    producer = _new_producer(plan, tracker)
-    produce = producer.produce
+    producer: Any = None
     produced = 0
     row_base = 0
     ok = False
     try:
         for batch in batches:
             n = batch.num_rows
+            if n == 0:
+                continue
+            if producer is None:
+                extra = (
+                    {}
+                    if txn_id is None
+                    else {
+                        "transactional.id": txn_id,
+                        "transaction.timeout.ms": eos.timeout_ms if eos is not None else 60000,
+                    }
+                )
+                producer = _new_producer(plan, tracker, extra)
+                if txn_id is not None and eos is not None:
+                    _open_transaction(plan, eos, txn_id, producer)
+            produce = producer.produce
             values = batch.column(plan.value_index).to_pylist()
             keys: Iterable[Any] = (
                 repeat(None, n)
@@ -431,6 +514,9 @@ def write_batches(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Millrac
             producer.poll(0)
             if tracker.failed:
                 break
+        if producer is None:
+            ok = True
+            return MillraceWriteCommitMessage(rows=0)
         while producer.flush(_FLUSH_STEP_S) > 0:
             log.info("millrace writer: waiting for %d delivery reports", len(producer))
         if tracker.failed:
@@ -442,15 +528,24 @@ def write_batches(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Millrac
             raise DeliveryError(
                 f"only {tracker.acked} of {produced} rows were acknowledged by the cluster"
             )
+        task_txn: TaskTransaction | None = None
+        if txn_id is not None:
+            txn, covered = _describe_open(plan, txn_id)
+            task_txn = TaskTransaction(txn, covered, batch_id, partition_id, attempt)
         ok = True
-        return MillraceWriteCommitMessage(rows=produced)
+        # With a transaction, the producer is dropped without close(): close() would abort
+        # the transaction the driver is going to commit.
+        return MillraceWriteCommitMessage(rows=produced, transaction=task_txn)
     finally:
-        if not ok:
+        if not ok and producer is not None:
             # Drop what is still queued so the failing task does not linger; rows already
-            # sent may have been written (at-least-once: the retry sends them again).
+            # sent may have been written (at-least-once: the retry sends them again; with a
+            # transaction they are aborted).
             try:
                 producer.purge()
                 producer.flush(1.0)
+                if txn_id is not None:
+                    producer.abort_transaction(10.0)
             except (KafkaException, RuntimeError) as exc:
                 log.warning("millrace writer: purging the producer after a failure: %s", exc)
 
@@ -460,8 +555,39 @@ def _summarize(messages: list[Any]) -> tuple[int, int]:
     return sum(m.rows for m in done), len(messages) - len(done)
 
 
+def _exactly_once(
+    plan: WritePlan, options: Mapping[str, str], *, streaming: bool
+) -> ExactlyOnce | None:
+    """The writer's exactly-once settings, checked against the cluster (driver side)."""
+    try:
+        eos = exactly_once_settings(
+            options, streaming=streaming, producer_options=plan.producer_options
+        )
+    except ExactlyOnceError as exc:
+        raise WriteOptionError(str(exc)) from None
+    if eos is None:
+        return None
+    try:
+        with TxnClient(plan.bootstrap_servers, timeout_s=30.0) as client:
+            missing = client.check_support()
+    except (OSError, ConnectionError) as exc:
+        raise WriteOptionError(
+            f"'deliveryGuarantee=exactly-once': cannot reach the brokers at "
+            f"{plan.bootstrap_servers} to check their transaction support: {exc}"
+        ) from exc
+    if missing:
+        raise WriteOptionError(
+            f"'deliveryGuarantee=exactly-once' needs Kafka transactions, and the brokers at "
+            f"{plan.bootstrap_servers} lack {', '.join(missing)}: use brokers of Kafka 3.0 or "
+            "later (or Millrace), or write with deliveryGuarantee=at-least-once"
+        )
+    return eos
+
+
 class MillraceBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("millrace")``: one producer per task, at-least-once.
+    """``df.write.format("millrace")``: one producer per task; at-least-once by default,
+    all-or-nothing with ``deliveryGuarantee=exactly-once`` (the tasks' transactions are
+    committed by :meth:`commit`, aborted by :meth:`abort`).
 
     Responsibility: validate options and schema on the driver (constructor), produce every
     row of a task's Arrow batches and wait for their acknowledgements (``write``, on an
@@ -472,16 +598,28 @@ class MillraceBatchWriter(DataSourceArrowWriter):
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.plan = plan_write(options, schema)
+        self.eos = _exactly_once(self.plan, options, streaming=False)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MillraceWriteCommitMessage:
-        return write_batches(self.plan, iterator)
+        return write_batches(self.plan, iterator, self.eos)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         rows, _ = _summarize(list(messages))
+        if self.eos is not None:
+            batch = self.eos.batch_id if self.eos.batch_id is not None else 0
+            Committer(self.eos, self.plan.bootstrap_servers).commit(
+                batch, task_transactions(messages)
+            )
         log.info("millrace write committed: %d rows from %d tasks", rows, len(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         rows, failed = _summarize(list(messages))
+        if self.eos is not None:
+            Committer(self.eos, self.plan.bootstrap_servers).abort(
+                self.eos.batch_id, task_transactions(messages)
+            )
+            log.warning("millrace write aborted: %d tasks failed; nothing is visible", failed)
+            return
         log.warning(
             "millrace write aborted: %d tasks failed; %d rows of successful tasks stay written "
             "(the Kafka sink is at-least-once, not transactional)",
@@ -492,7 +630,9 @@ class MillraceBatchWriter(DataSourceArrowWriter):
 
 class MillraceStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("millrace")``: each micro-batch task produces its rows and
-    waits for their acknowledgements, at-least-once (a replayed micro-batch writes again).
+    waits for their acknowledgements: at-least-once by default (a replayed micro-batch writes
+    again), exactly-once with ``deliveryGuarantee=exactly-once`` (``docs/exactly-once.md``:
+    the tasks' transactions are committed by :meth:`commit` with the batch's source offsets).
 
     Same format, validation and pickling rules as :class:`MillraceBatchWriter`; ``commit``
     and ``abort`` run on the driver once per micro-batch.
@@ -500,19 +640,29 @@ class MillraceStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self.plan = plan_write(options, schema)
+        self.eos = _exactly_once(self.plan, options, streaming=True)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MillraceWriteCommitMessage:
-        return write_batches(self.plan, iterator)
+        return write_batches(self.plan, iterator, self.eos)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         rows, _ = _summarize(list(messages))
+        if self.eos is not None:
+            Committer(self.eos, self.plan.bootstrap_servers).commit(
+                batchId, task_transactions(messages)
+            )
         log.info("millrace stream batch %d committed: %d rows", batchId, rows)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         rows, failed = _summarize(list(messages))
+        if self.eos is not None:
+            Committer(self.eos, self.plan.bootstrap_servers).abort(
+                batchId, task_transactions(messages)
+            )
         log.warning(
-            "millrace stream batch %d aborted: %d tasks failed, %d rows already written",
+            "millrace stream batch %d aborted: %d tasks failed, %d rows %s",
             batchId,
             failed,
             rows,
+            "not visible" if self.eos is not None else "already written",
         )
