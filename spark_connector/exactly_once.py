@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -57,6 +58,24 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's default transaction.max.time
 SINK_LOG_DIR = "millrace-sink"
 KEEP_BATCHES = 100  # as Spark's spark.sql.streaming.minBatchesToRetain
 AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
+
+
+FAULT_ENV = "MILLRACE_SINK_FAULT_PAUSE"
+"""Fault injection for tests: ``<point>=<seconds>[,...]`` makes the committer sleep at
+``prepared`` (batch logged as prepared, nothing ended), ``ended`` (every transaction but the
+last ended) or ``committed`` (batch logged as committed), so a test can kill the driver or a
+broker exactly there. Unset in production."""
+
+
+def _fault_pause(point: str) -> None:
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    for item in spec.split(","):
+        name, _, seconds = item.partition("=")
+        if name.strip() == point:
+            log.warning("millrace sink: fault injection: pausing %s s at %r", seconds, point)
+            time.sleep(float(seconds or 0))
 
 
 class ExactlyOnceError(ValueError):
@@ -350,6 +369,7 @@ class Committer:
             )
             if self.log is not None:
                 self.log.put(record)
+        _fault_pause("prepared")
         with self._client() as client:
             try:
                 self._finish(client, record)
@@ -366,6 +386,7 @@ class Committer:
             record.state = "committed"
             if self.log is not None:
                 self.log.put(record)
+            _fault_pause("committed")
             self._abort_leftovers(client)
         return record
 
@@ -375,6 +396,7 @@ class Committer:
         if txns:
             with ThreadPoolExecutor(max_workers=min(8, len(txns))) as pool:
                 list(pool.map(self._end, txns))
+        _fault_pause("ended")
         needs_offsets = record.group is not None and bool(record.offsets)
         if carrier is None and needs_offsets:
             carrier = client.init_producer(
