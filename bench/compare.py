@@ -13,7 +13,8 @@ Workloads (numbers as in the benchmark issue):
 2. the same with 3 brokers, RF=3, ``min.insync.replicas=2``, acks=all;
 3. catch-up consume of workload 1's data: ``kafka-consumer-perf-test`` and confluent-kafka;
 4. end-to-end latency at a fixed rate;
-5. Spark: count, ``noop`` write, streaming read (``maxOffsetsPerTrigger``) and write, with
+5. Spark: count, ``noop`` write, streaming read (``maxOffsetsPerTrigger``) and write (also
+   exactly-once with ``format("millrace")``), with
    ``format("millrace")`` and Spark's own ``format("kafka")``, against both brokers;
 6. produce throughput with 1..1,000 partitions, and with a little vs a lot already stored.
 
@@ -277,6 +278,18 @@ class Bench:
                             {"rows/s": n / seconds, "seconds": seconds},
                             use,
                         )
+                    out = self.topic(s, "w5-eos-out")
+                    s.create_topic(out, 2, 1)
+                    seconds, use = metered(
+                        s, spark_workload.write_exactly_once, spark, s.bootstrap, out, n
+                    )
+                    self.record(
+                        "5",
+                        'write exactly-once: format("millrace")',
+                        s,
+                        {"rows/s": n / seconds, "seconds": seconds},
+                        use,
+                    )
         finally:
             spark.stop()
 

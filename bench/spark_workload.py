@@ -10,7 +10,10 @@ records:
 * ``stream``: ``spark.readStream.format(F)`` with ``maxOffsetsPerTrigger`` and
   ``trigger(availableNow=True)`` into ``format("noop")``, from the earliest offsets until
   the query stops;
-* ``write``: ``n`` rows (string key, 100-byte value) written with ``df.write.format(F)``.
+* ``write``: ``n`` rows (string key, 100-byte value) written with ``df.write.format(F)``;
+  ``write_exactly_once``: the same rows with ``format("millrace")`` and
+  ``deliveryGuarantee=exactly-once`` (every task's rows in a Kafka transaction, committed by
+  the driver: ``docs/exactly-once.md``).
 
 Each returns seconds; rows/s is ``n / seconds``. Used from the benchmark's main thread.
 """
@@ -127,6 +130,21 @@ def write(spark: Any, fmt: str, bootstrap: str, topic: str, n: int) -> float:
             rows.write.format(fmt)
             .option("kafka.bootstrap.servers", bootstrap)
             .option("topic", topic)
+            .mode("append")
+            .save()
+        ),
+    )
+
+
+def write_exactly_once(spark: Any, bootstrap: str, topic: str, n: int) -> float:
+    rows = spark.range(n).selectExpr("CAST(id AS STRING) AS key", "repeat('x', 100) AS value")
+    return _timed(
+        "millrace exactly-once write",
+        lambda: (
+            rows.write.format("millrace")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", topic)
+            .option("deliveryGuarantee", "exactly-once")
             .mode("append")
             .save()
         ),
