@@ -23,6 +23,8 @@ format name:
   ``minPartitions``, ``maxRecordsPerPartition`` (positive integers), ``failOnDataLoss``
   (default true), ``includeHeaders`` (default false), ``kafkaConsumer.pollTimeoutMs``
   (default 120000).
+* ``readAs`` (batch only): ``records`` (default) or ``table``: one row per live key of a
+  compacted topic, its latest record (see :func:`spark_connector.reader.latest_per_key`).
 
 Spark hands options over in a case-insensitive dict; names are matched case-insensitively.
 Every error is a ``ValueError`` whose message starts with the offending option's name.
@@ -101,6 +103,7 @@ class ReadOptions:
     include_headers: bool = False
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     group_id_prefix: str = "spark-millrace-source"
+    read_as_table: bool = False
 
     def client_config(self, **extra: object) -> dict[str, object]:
         """A confluent-kafka config: the ``kafka.*`` pass-through plus ``extra``.
@@ -361,6 +364,25 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     if not prefix:
         raise ValueError("option 'groupIdPrefix' must not be empty")
 
+    read_as = opts.get("readas", "records").strip().lower()
+    if read_as not in ("records", "table"):
+        raise ValueError(
+            f"option 'readAs' must be 'records' (every record, the default) or 'table' (the "
+            f"latest record of every live key of a compacted topic), got {opts['readas']!r}"
+        )
+    if read_as == "table":
+        if streaming:
+            raise ValueError(
+                "option 'readAs': 'table' is a batch read (spark.read); in a stream-static join "
+                "Spark reads it again for every micro-batch"
+            )
+        for name in ("minPartitions", "maxRecordsPerPartition"):
+            if name.lower() in opts:
+                raise ValueError(
+                    f"option '{name}' cannot be used with readAs=table: a key's records must "
+                    "be read by one task, so each partition is one task"
+                )
+
     return ReadOptions(
         bootstrap_servers=bootstrap,
         kafka_params=params,
@@ -380,6 +402,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         include_headers=bool_option(opts, "includeHeaders", False),
         poll_timeout_ms=poll_timeout,
         group_id_prefix=prefix,
+        read_as_table=read_as == "table",
     )
 
 
@@ -389,7 +412,7 @@ def validate_common(options: Mapping[str, str]) -> None:
     opts = lower_keys(options)
     # Ending options are legal for batch; check them as batch, everything else as streaming
     # would (streaming accepts a superset of starting positions).
-    if any(k.startswith("ending") for k in opts):
+    if any(k.startswith("ending") for k in opts) or opts.get("readas", "").lower() == "table":
         parse_read_options(options, streaming=False)
     else:
         parse_read_options(options, streaming=True)

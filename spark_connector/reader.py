@@ -280,7 +280,44 @@ class MillraceBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, MillraceInputPartition)
-        yield from read_range(self.options, partition.range, arrow_schema(self.schema))
+        schema = arrow_schema(self.schema)
+        batches = read_range(self.options, partition.range, schema)
+        if self.options.read_as_table:
+            yield from latest_per_key(batches, schema)
+        else:
+            yield from batches
+
+
+def _latest(table: pa.Table) -> pa.Table:
+    """The last row of every non-null key of ``table`` (rows in offset order), in order."""
+    import pyarrow.compute as pc
+
+    keys = table.column("key")
+    index = pa.table({"key": keys, "i": pa.array(range(table.num_rows), pa.int64())})
+    index = index.filter(pc.is_valid(keys))
+    last = index.group_by("key", use_threads=False).aggregate([("i", "max")])["i_max"]
+    return table.take(last.sort())
+
+
+def latest_per_key(
+    batches: Iterator[pa.RecordBatch], schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """``readAs=table``: the records of one partition reduced to the latest record of every
+    key, tombstoned keys (latest value null) and keyless records dropped. Keys of a compacted
+    topic are partitioned by key, so one partition's reduction is the table's rows for those
+    keys. The reduction runs batch by batch (Arrow group-by), so the task holds at most the
+    live keys plus one batch, and only live rows leave the task."""
+    import pyarrow.compute as pc
+
+    state: pa.Table | None = None
+    for batch in batches:
+        chunk = pa.Table.from_batches([batch], schema)
+        state = _latest(chunk if state is None else pa.concat_tables([state, chunk]))
+    if state is None:
+        return
+    live = state.filter(pc.is_valid(state.column("value")))
+    for batch in live.combine_chunks().to_batches(ARROW_BATCH_ROWS):
+        yield batch
 
 
 class MillraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

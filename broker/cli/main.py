@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES = (
     "broker.cli.console",
     "broker.cli.perf",
     "broker.cli.dump_log",
+    "broker.cli.table",
 )
 
 
