@@ -24,7 +24,9 @@ format name:
   (default true), ``includeHeaders`` (default false), ``kafkaConsumer.pollTimeoutMs``
   (default 120000).
 * ``readAs`` (batch only): ``records`` (default) or ``table``: one row per live key of a
-  compacted topic, its latest record (see :func:`spark_connector.reader.latest_per_key`).
+  compacted topic, its latest record (see :func:`spark_connector.reader.latest_per_key`);
+  with the default positions each task reads its partition as it is when the task runs, so
+  a stream-static join sees the table's current values in every micro-batch.
 
 Spark hands options over in a case-insensitive dict; names are matched case-insensitively.
 Every error is a ``ValueError`` whose message starts with the offending option's name.

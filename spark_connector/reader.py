@@ -53,7 +53,7 @@ from pyspark.sql.types import StructType
 
 from spark_connector.client import KafkaMetadataClient
 from spark_connector.offsets import PartitionOffsets, from_json_dict, to_json_dict
-from spark_connector.options import ReadOptions
+from spark_connector.options import OffsetKind, ReadOptions
 from spark_connector.planner import OffsetRange, plan_ranges, rate_limit
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,16 @@ def read_range(options: ReadOptions, r: OffsetRange, schema: pa.Schema) -> Itera
     from confluent_kafka import Consumer, KafkaError, KafkaException
     from confluent_kafka import TopicPartition as CKTopicPartition
 
-    if r.size <= 0:
+    # readAs=table with the default positions reads the partition as it is when the task
+    # runs (from its current start to its current end), so a stream-static join, which runs
+    # the static side again every micro-batch, sees the table's latest values
+    live_start = options.read_as_table and options.starting.kind is OffsetKind.EARLIEST
+    live_end = (
+        options.read_as_table
+        and options.ending is not None
+        and options.ending.kind is OffsetKind.LATEST
+    )
+    if r.size <= 0 and not live_end:
         return
     with_headers = "headers" in schema.names
     consumer = Consumer(
@@ -168,20 +177,25 @@ def read_range(options: ReadOptions, r: OffsetRange, schema: pa.Schema) -> Itera
             CKTopicPartition(r.topic, r.partition), timeout=timeout_s, cached=False
         )
         start = r.from_offset
-        if low > start:
+        if live_start:
+            start = low
+        elif low > start:
             report_data_loss(
                 options,
                 f"{where}: offsets {start}..{min(low, r.until_offset) - 1} were requested but "
                 f"the log now starts at {low}",
             )
             start = low
-        if high < r.until_offset:
-            report_data_loss(
-                options,
-                f"{where}: offsets up to {r.until_offset - 1} were requested but the log ends "
-                f"at {high}",
-            )
-        until = min(r.until_offset, high)
+        if live_end:
+            until = high
+        else:
+            if high < r.until_offset:
+                report_data_loss(
+                    options,
+                    f"{where}: offsets up to {r.until_offset - 1} were requested but the log "
+                    f"ends at {high}",
+                )
+            until = min(r.until_offset, high)
         if start >= until:
             return
         consumer.assign([CKTopicPartition(r.topic, r.partition, start)])
@@ -268,6 +282,8 @@ class MillraceBatchReader(DataSourceReader):
                     f"{tp.topic}[{tp.partition}] is before the start offset {start[tp]} "
                     f"(option '{opts.starting.option}')"
                 )
+        if opts.read_as_table:  # one task per partition, empty ones too (read live)
+            return [OffsetRange(tp.topic, tp.partition, start[tp], end[tp]) for tp in sorted(tps)]
         return plan_ranges(
             start,
             end,
