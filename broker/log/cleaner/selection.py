@@ -12,7 +12,8 @@ offset*, the smallest of:
   younger than that lag.
 
 The *cleanable ratio* is cleanable bytes / (clean bytes + cleanable bytes), counted over the
-whole segments overlapping each part. A log needs cleaning when the ratio reaches ``min.cleanable.dirty.ratio``, or when
+whole segments overlapping each part. A log needs cleaning when the ratio is above
+``min.cleanable.dirty.ratio`` (strictly, as in Kafka), or when
 it has cleanable bytes and the oldest dirty segment's first batch is older than
 ``max.compaction.lag.ms`` (compaction is then due whatever the ratio). Among the logs that
 need cleaning the one with the highest ratio goes first (the dirtiest), as in Kafka.
@@ -69,7 +70,7 @@ class CleanableRange:
     def needs_cleaning(self, min_ratio: float) -> bool:
         if self.cleanable_bytes <= 0:
             return False
-        return self.overdue_ms > 0 or self.ratio >= min_ratio
+        return self.overdue_ms > 0 or self.ratio > min_ratio  # Kafka: strictly above
 
 
 def cleanable_range(view: LogView, now_ms: int) -> CleanableRange:
