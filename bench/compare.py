@@ -46,7 +46,7 @@ from bench import loadgen, perf_tools, spark_workload
 from bench.common import ROOT, machine
 from bench.procstat import Meter, Usage
 from bench.results import Measurement, Run
-from bench.systems import KAFKA_VERSION, KafkaSystem, MillraceSystem, System
+from bench.systems import KAFKA_VERSION, LOG4J, KafkaSystem, MillraceSystem, System
 
 T = TypeVar("T")
 QUICK_DIR = Path(tempfile.gettempdir()) / "millrace-bench-quick"
@@ -73,13 +73,22 @@ def orders(systems: list[System], runs: int) -> Iterator[tuple[int, list[System]
 
 
 @contextmanager
-def both(tmp: Path, brokers: int, warm_up_records: int) -> Iterator[list[System]]:
-    """Millrace and Kafka with ``brokers`` brokers each, Kafka on Millrace's ZooKeeper."""
+def both(
+    tmp: Path,
+    brokers: int,
+    warm_up_records: int,
+    settings: dict[str, str] | None = None,
+    kafka_log4j: str = LOG4J,
+) -> Iterator[list[System]]:
+    """Millrace and Kafka with ``brokers`` brokers each, Kafka on Millrace's ZooKeeper; the
+    broker ``settings`` on both, ``kafka_log4j`` as Kafka's log4j configuration."""
     log(f"starting Millrace ({brokers} broker(s)) and its ZooKeeper")
-    millrace = MillraceSystem(tmp / f"millrace-{brokers}", brokers)
+    millrace = MillraceSystem(tmp / f"millrace-{brokers}", brokers, settings)
     try:
         log(f"starting Apache Kafka {KAFKA_VERSION} ({brokers} broker(s)) on the same ZooKeeper")
-        kafka = KafkaSystem(tmp / f"kafka-{brokers}", brokers, millrace.zk_connect)
+        kafka = KafkaSystem(
+            tmp / f"kafka-{brokers}", brokers, millrace.zk_connect, settings, kafka_log4j
+        )
         try:
             for system in (kafka, millrace):
                 warm_up(system, warm_up_records)

@@ -2,6 +2,8 @@
 
 * CPU: ``utime + stime`` of ``/proc/<pid>/stat`` (all threads, so a JVM's GC and network
   threads count as much as a Python broker's asyncio loop), in seconds.
+  :func:`tree_cpu_seconds` adds the process's descendants (live ones, and the waited-for
+  ones through ``cutime + cstime``): Millrace's log cleaner runs in worker processes.
 * Peak RSS: ``VmHWM`` of ``/proc/<pid>/status``. Writing ``5`` to ``/proc/<pid>/clear_refs``
   resets the high-water mark to the current RSS, so a :class:`Meter` started before a
   workload reports the peak reached *during* that workload (not since the process started).
@@ -21,6 +23,43 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (field 3, the state, first)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> child pids, for every process in ``/proc``."""
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            ppid = int(_stat_fields(int(entry))[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid`` and of all its descendants: each live process's ``utime +
+    stime`` plus ``cutime + cstime`` (its children already waited for), so a worker that
+    exits between two readings still counts, once."""
+    tree = _children()
+    total = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            f = _stat_fields(p)
+        except OSError:
+            continue  # exited: its time is in its parent's cutime once waited for
+        total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+        todo.extend(tree.get(p, ()))
+    return total / CLK_TCK
 
 
 def _status_kib(pid: int, key: str) -> int:

@@ -10,8 +10,11 @@
 
 Both get equivalent settings: listeners on 127.0.0.1, log dirs on the same disk (under one
 temporary directory), no fsync per message (both systems' default), Kafka's defaults for
-everything else, plus :data:`SHARED_SETTINGS` on both. Each system reports its broker pids
-(for CPU and RSS), its bootstrap servers and its data directories.
+everything else, plus :func:`shared_settings` on both and whatever broker ``settings`` a
+workload adds (the same on both). Each system reports its broker pids (for CPU and RSS), its
+bootstrap servers, its data directories and each broker's home (Millrace's ``broker.out``,
+Kafka's ``kafka.out`` and any log4j file a workload's ``log4j`` configuration writes under
+``${kafka.logs.dir}``).
 
 Concurrency: used from the benchmark's main thread only; processes are stopped by their own
 pids (SIGTERM, controlled shutdown, then SIGKILL after a grace period).
@@ -76,6 +79,7 @@ class System:
     bootstrap: str = ""
     pids: list[int] = field(default_factory=list)
     data_dirs: list[Path] = field(default_factory=list)
+    homes: list[Path] = field(default_factory=list)
 
     def admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap})
@@ -132,14 +136,19 @@ class System:
 class MillraceSystem(System):
     """``millrace cluster up`` in ``directory``; :attr:`zk_connect` is its ZooKeeper."""
 
-    def __init__(self, directory: Path, brokers: int) -> None:
+    def __init__(
+        self, directory: Path, brokers: int, settings: dict[str, str] | None = None
+    ) -> None:
         super().__init__(name="Millrace", brokers=brokers)
         self.directory = directory
-        self.bootstrap = start_cluster(directory, brokers, shared_settings(brokers))
+        self.bootstrap = start_cluster(
+            directory, brokers, {**shared_settings(brokers), **(settings or {})}
+        )
         info = json.loads((directory / "cluster.json").read_text())
         self.zk_connect = str(info["zookeeper"])
         self.pids = [int(b["pid"]) for b in info["brokers"]]
         self.data_dirs = [Path(d) for b in info["brokers"] for d in b["log_dirs"]]
+        self.homes = [Path(b["out"]).parent for b in info["brokers"]]
 
     def stop(self) -> None:
         millrace("cluster", "down", "--dir", str(self.directory))
@@ -147,15 +156,24 @@ class MillraceSystem(System):
 
 class KafkaSystem(System):
     """Apache Kafka brokers 0..N-1 on free 127.0.0.1 ports, ZooKeeper ``zk_connect`` with
-    the chroot ``/apache-kafka``; configs and logs under ``directory``."""
+    the chroot ``/apache-kafka``; configs and logs under ``directory``, broker ``settings``
+    on top of the shared ones, the log4j configuration ``log4j``."""
 
-    def __init__(self, directory: Path, brokers: int, zk_connect: str) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        brokers: int,
+        zk_connect: str,
+        settings: dict[str, str] | None = None,
+        log4j: str = LOG4J,
+    ) -> None:
         super().__init__(name="Kafka", brokers=brokers)
         if not kafka_available():
             raise SystemExit(f"Apache Kafka {KAFKA_VERSION} is not in {KAFKA_JARS}: run make setup")
         self.directory = directory
+        self.settings = dict(settings or {})
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / "log4j.properties").write_text(LOG4J)
+        (directory / "log4j.properties").write_text(log4j)
         self._procs: list[subprocess.Popen[bytes]] = []
         ports = [free_port() for _ in range(brokers)]
         self.bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports)
@@ -179,6 +197,7 @@ class KafkaSystem(System):
             "transaction.state.log.replication.factor": str(min(3, self.brokers)),
             "transaction.state.log.min.isr": str(min(2, self.brokers)),
             **shared_settings(self.brokers),
+            **self.settings,
         }
         config = home / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -199,6 +218,7 @@ class KafkaSystem(System):
         self._procs.append(proc)
         self.pids.append(proc.pid)
         self.data_dirs.append(data)
+        self.homes.append(home)
 
     def _wait_ready(self, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
