@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c
 
@@ -72,8 +72,7 @@ def delete_horizon_ms(header: BatchHeader) -> int | None:
     return header.first_timestamp if header.attributes & DELETE_HORIZON_MASK else None
 
 
-@dataclass(frozen=True, slots=True)
-class RawRecord:
+class RawRecord(NamedTuple):
     """One record of a decompressed batch payload, located but not copied.
 
     ``start``/``end`` bound the whole record (its length varint included); ``body`` is where
@@ -120,30 +119,48 @@ def _put_varint(out: bytearray, value: int) -> None:
 def split_records(payload: bytes, count: int) -> list[RawRecord]:
     """Locate the ``count`` records of a decompressed batch payload (keys copied out, values
     only tested for null). Raises CorruptRecordError if the records do not tile ``payload``.
-    """
+
+    The hot loop of log compaction: one-byte varints (the usual lengths and deltas) are
+    decoded inline, longer ones by :func:`_varint`."""
     out: list[RawRecord] = []
+    append = out.append
     pos = 0
     size = len(payload)
     varint = _varint
     try:
         for _ in range(count):
-            length, body_start = varint(payload, pos)
+            b = payload[pos]
+            if b < 0x80:
+                length, body_start = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                length, body_start = varint(payload, pos)
             end = body_start + length
             if length < 0 or end > size:
                 raise CorruptRecordError("record runs past the end of its batch")
             attributes = payload[body_start]
-            ts_delta, p = varint(payload, body_start + 1)
-            off_delta, body = varint(payload, p)
-            key_len, p = varint(payload, body)
+            p = body_start + 1
+            b = payload[p]
+            if b < 0x80:
+                ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                ts_delta, p = varint(payload, p)
+            b = payload[p]
+            if b < 0x80:
+                off_delta, body = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                off_delta, body = varint(payload, p)
+            b = payload[body]
+            if b < 0x80:
+                key_len, p = (b >> 1) ^ -(b & 1), body + 1
+            else:
+                key_len, p = varint(payload, body)
             if key_len >= 0:
                 key: bytes | None = payload[p : p + key_len]
                 p += key_len
             else:
                 key = None
-            value_len, _ = varint(payload, p)
-            out.append(
-                RawRecord(pos, end, body, attributes, ts_delta, off_delta, key, value_len >= 0)
-            )
+            # a null value is the varint -1: the single byte 0x01
+            append(RawRecord(pos, end, body, attributes, ts_delta, off_delta, key, payload[p] != 1))
             pos = end
     except IndexError as exc:
         raise CorruptRecordError("truncated record") from exc
