@@ -1,19 +1,24 @@
-"""Streaming job: count JSON events per key per event-time window, write the running counts to
-another topic (update mode).
+"""Streaming job: count JSON events per key per event-time window and upsert the running counts
+into a compacted topic, exactly once.
 
 The running counts are written in update mode: each micro-batch emits only the (key,
-window) counts it changed. Spark's Python data sources take append or complete streaming
-writes only, so the job hands each micro-batch to ``df.write.format("millrace")`` from
-``foreachBatch`` (same columns, same at-least-once delivery).
+window) counts it changed, as upserts (``spark_connector.upsert_to``: Spark's Python data
+sources take append or complete streaming writes only, so the update-mode rows go out through
+``foreachBatch``), each micro-batch in Kafka transactions with the consumed offsets committed
+to ``--group`` (``docs/exactly-once.md``). On a compacted output topic the log cleaner keeps
+the latest count of every (key, window); ``millrace table --topic <output>`` or
+``spark.read.format("millrace").option("readAs", "table")`` show the table.
 
 Input: a topic of JSON events ``{"key": "user-1", "ts": "2026-01-01T00:00:05Z", ...}``; ``ts``
 (ISO-8601) is the event time, and when it is missing the record's Kafka timestamp is used.
-Output: one record per changed (key, window) each micro-batch, keyed ``<key>@<window start>``
-(so a compacted output topic keeps the latest count per window), value JSON
-``{"key": ..., "window_start": ..., "window_end": ..., "count": N}``. Delivery is
-at-least-once; a consumer keeps the last value per record key.
+Output: one record per changed (key, window) each micro-batch, record key the JSON
+``{"key": "user-1", "window": {"start": "...Z", "end": "...Z"}}``, value the JSON of the row
+``{"key": ..., "window": {...}, "count": N}`` (timestamps ISO-8601 UTC with milliseconds).
+With ``--expire-after``, a window that ended that long before the newest window seen is
+deleted from the topic (a tombstone).
 
-Run it (a broker on 127.0.0.1:9092, topics ``events`` and ``event-counts``)::
+Run it (a broker on 127.0.0.1:9092, topics ``events`` and ``event-counts``, the latter with
+``cleanup.policy=compact``)::
 
     spark-submit --master 'local[2]' jobs/stream_counts.py \\
         --bootstrap 127.0.0.1:9092 --input events --output event-counts \\
@@ -41,6 +46,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--input", required=True, help="topic of JSON events")
     p.add_argument("--output", required=True, help="topic for the running counts")
     p.add_argument("--checkpoint", required=True, help="checkpoint directory")
+    p.add_argument("--group", default=None, help="consumer group for the consumed offsets")
+    p.add_argument(
+        "--expire-after", default=None, help="delete windows this much older than the newest"
+    )
     p.add_argument("--window", default="1 minute", help="window length (default 1 minute)")
     p.add_argument("--watermark", default="10 minutes", help="allowed event lateness")
     p.add_argument("--starting-offsets", default="earliest", help="first run only")
@@ -80,30 +89,19 @@ def build_query(spark: Any, args: argparse.Namespace) -> Any:
         .groupBy(F.window("event_time", args.window).alias("w"), F.col("key"))
         .count()
     )
-    ts_format = "yyyy-MM-dd'T'HH:mm:ss'Z'"
-    out = counts.select(
-        F.concat_ws("@", F.col("key"), F.date_format("w.start", ts_format)).alias("key"),
-        F.to_json(
-            F.struct(
-                F.col("key"),
-                F.date_format("w.start", ts_format).alias("window_start"),
-                F.date_format("w.end", ts_format).alias("window_end"),
-                F.col("count"),
-            )
-        ).alias("value"),
+    counts = counts.select(F.col("key"), F.col("w").alias("window"), F.col("count"))
+    upsert = spark_connector.upsert_to(
+        args.output,
+        bootstrap_servers=args.bootstrap,
+        key_columns=["key", "window"],
+        checkpoint_location=args.checkpoint,
+        commit_offsets_to_group=args.group,
+        expire_windows="window" if args.expire_after else None,
+        expire_after=args.expire_after,
     )
-    bootstrap, topic = args.bootstrap, args.output
-
-    def write_updates(batch: Any, batch_id: int) -> None:
-        # Spark's Python data sources accept only append/complete streaming writes, so the
-        # update-mode rows of each micro-batch go out through the batch writer.
-        batch.write.format("millrace").option("kafka.bootstrap.servers", bootstrap).option(
-            "topic", topic
-        ).mode("append").save()
-
     writer = (
-        out.writeStream.outputMode("update")
-        .foreachBatch(write_updates)
+        counts.writeStream.outputMode("update")
+        .foreachBatch(upsert)
         .option("checkpointLocation", args.checkpoint)
         .queryName(f"stream_counts_{args.input}")
     )

@@ -38,7 +38,9 @@ Runnable example (a broker on 127.0.0.1:9092 with a topic ``events``)::
     q.awaitTermination()
 
 Exactly once (``docs/exactly-once.md``): ``deliveryGuarantee=exactly-once`` on a streaming
-write, and :func:`write_batch` inside ``foreachBatch``.
+write, and :func:`write_batch` inside ``foreachBatch``. Aggregates upserted into compacted
+topics: :func:`upsert_to` (``foreachBatch`` in update mode) and :func:`as_upserts`
+(:mod:`spark_connector.upserts`).
 """
 
 from __future__ import annotations
@@ -46,8 +48,16 @@ from __future__ import annotations
 from typing import Any
 
 from spark_connector.datasource import MillraceDataSource
+from spark_connector.upserts import as_upserts, upsert_batch, upsert_to
 
-__all__ = ["MillraceDataSource", "register", "write_batch"]
+__all__ = [
+    "MillraceDataSource",
+    "as_upserts",
+    "register",
+    "upsert_batch",
+    "upsert_to",
+    "write_batch",
+]
 
 
 def register(spark: Any) -> None:

@@ -38,26 +38,13 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes
     assert producer.flush(30) == 0
 
 
-def test_stream_counts_job_counts_per_key_per_window(
-    spark: Any, cluster: Any, topic_name: str, tmp_path: Path
+def _iso(ts: datetime) -> str:
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def _run_counts(
+    job: ModuleType, cluster: Any, source: str, sink: str, ckpt: Path, *extra: str
 ) -> None:
-    source = cluster.create_topic(f"{topic_name}-in", 2)
-    sink = cluster.create_topic(f"{topic_name}-out", 1)
-    base = datetime(2026, 1, 1, tzinfo=UTC)
-    events = []
-    expected: Counter[tuple[str, str]] = Counter()
-    for i in range(120):
-        key = f"user-{i % 4}"
-        ts = base + timedelta(seconds=i)  # two one-minute windows
-        events.append({"key": key, "ts": ts.strftime("%Y-%m-%dT%H:%M:%SZ"), "n": i})
-        window = (base + timedelta(minutes=i // 60)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        expected[(key, window)] += 1
-    _produce(
-        cluster.bootstrap,
-        source,
-        [(e["key"].encode(), json.dumps(e).encode()) for e in events],
-    )
-    job = _load_job("stream_counts")
     job.main(
         [
             "--bootstrap",
@@ -67,19 +54,101 @@ def test_stream_counts_job_counts_per_key_per_window(
             "--output",
             sink,
             "--checkpoint",
-            str(tmp_path / "ckpt"),
+            str(ckpt),
+            "--group",
+            "counter",
             "--available-now",
             "--max-offsets-per-trigger",
             "50",
+            *extra,
         ]
     )
-    latest: dict[bytes, dict[str, Any]] = {}
-    for msg in cluster.consume(sink, [0])[0]:
-        latest[msg.key()] = json.loads(msg.value())  # last update per (key, window) wins
-    got = {(v["key"], v["window_start"]): v["count"] for v in latest.values()}
+
+
+def _table(cluster: Any, sink: str) -> dict[bytes, Any]:
+    """The compacted output read as a table (read_committed): key -> value JSON or None."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        cluster.conf(
+            {
+                "group.id": "stream-counts-reader",
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            }
+        )
+    )
+    latest: dict[bytes, Any] = {}
+    try:
+        consumer.assign([TopicPartition(sink, 0, 0)])
+        while True:
+            msg = consumer.poll(30)
+            assert msg is not None, "no end of partition within 30 s"
+            if msg.error() is not None:
+                break  # end of the partition (markers and aborted data are not records)
+            value = msg.value()
+            latest[msg.key()] = None if value is None else json.loads(value)
+    finally:
+        consumer.close()
+    return latest
+
+
+def test_stream_counts_job_upserts_counts_per_key_per_window(
+    spark: Any, cluster: Any, topic_name: str, tmp_path: Path
+) -> None:
+    """Counts per (user, minute) upserted into a compacted topic exactly once: the record
+    key is the JSON of the group key, the latest value of each key is its count, the
+    consumed offsets are committed to the group; a second run adds a later window and, with
+    --expire-after, deletes (tombstones) the windows it closed."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    source = cluster.create_topic(f"{topic_name}-in", 2)
+    sink = cluster.create_topic(f"{topic_name}-out", 1, {"cleanup.policy": "compact"})
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    events = []
+    expected: Counter[tuple[str, str]] = Counter()
+    for i in range(120):
+        key = f"user-{i % 4}"
+        ts = base + timedelta(seconds=i)  # two one-minute windows
+        events.append({"key": key, "ts": ts.strftime("%Y-%m-%dT%H:%M:%SZ"), "n": i})
+        expected[(key, _iso(base + timedelta(minutes=i // 60)))] += 1
+    _produce(
+        cluster.bootstrap,
+        source,
+        [(e["key"].encode(), json.dumps(e).encode()) for e in events],
+    )
+    job = _load_job("stream_counts")
+    ckpt = tmp_path / "ckpt"
+    _run_counts(job, cluster, source, sink, ckpt, "--expire-after", "10 minutes")
+    latest = _table(cluster, sink)
+    got = {(v["key"], v["window"]["start"]): v["count"] for v in latest.values() if v}
     assert got == dict(expected)
     for key, value in latest.items():
-        assert key.decode() == f"{value['key']}@{value['window_start']}"
+        assert json.loads(key) == {"key": value["key"], "window": value["window"]}
+    consumer = Consumer(cluster.conf({"group.id": "counter"}))
+    try:
+        committed = consumer.committed([TopicPartition(source, p) for p in (0, 1)], timeout=30)
+    finally:
+        consumer.close()
+    assert sum(tp.offset for tp in committed) == 120
+
+    # an hour later: windows more than 10 minutes older than the newest are deleted
+    late = base + timedelta(hours=1)
+    _produce(
+        cluster.bootstrap,
+        source,
+        [
+            (
+                b"user-0",
+                json.dumps({"key": "user-0", "ts": late.strftime("%Y-%m-%dT%H:%M:%SZ")}).encode(),
+            )
+        ],
+    )
+    _run_counts(job, cluster, source, sink, ckpt, "--expire-after", "10 minutes")
+    latest = _table(cluster, sink)
+    live = {(v["key"], v["window"]["start"]): v["count"] for v in latest.values() if v}
+    assert live == {("user-0", _iso(late)): 1}
+    assert sum(1 for v in latest.values() if v is None) == len(expected)
 
 
 def test_topic_to_parquet_job_copies_the_range(
