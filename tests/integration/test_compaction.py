@@ -96,7 +96,9 @@ class Sent:
         assert not self.errors, f"{len(self.errors)} deliveries failed, e.g. {self.errors[:3]}"
 
 
-def _produce(producer: Producer, topic: str, key: bytes, value: bytes | None, sent: Sent) -> None:
+def _produce(
+    producer: Producer, topic: str, key: bytes | None, value: bytes | None, sent: Sent
+) -> None:
     """Queue one record for partition 0 (waiting while librdkafka's queue is full)."""
     while True:
         try:
@@ -199,9 +201,11 @@ def _assert_compacted(
 ) -> None:
     """``records`` (a read from offset 0) hold each key once, in strictly increasing
     offsets, with the value ``latest`` gives it; keys whose latest value is a tombstone
-    appear only as a tombstone, or (``tombstones`` False) not at all."""
+    appear only as a tombstone, or (``tombstones`` False) not at all; no record lacks a key."""
     offsets = [o for o, _k, _v in records]
     assert all(a < b for a, b in itertools.pairwise(offsets)), "offsets not increasing"
+    keyless = [r for r in records if r[1] is None]
+    assert not keyless, f"{len(keyless)} records without a key, e.g. {keyless[:3]}"
     counts = Counter(k for _o, k, _v in records)
     twice = sorted(k for k, n in counts.items() if n > 1)
     assert not twice, f"{len(twice)} keys appear more than once, e.g. {twice[:5]}"
@@ -373,12 +377,14 @@ def _alter_all(cluster: Cluster, topic: str, configs: dict[str, str]) -> None:
 def _write_updates(
     cluster: Cluster, topic: str, rounds: int, tag: str
 ) -> dict[bytes, bytes | None]:
-    """``rounds`` updates of each of 40 keys, then a roll; returns the latest values."""
+    """``rounds`` updates of each of 40 keys (and, a topic with the delete policy accepting
+    them, a record without a key in each round), then a roll; returns the latest values."""
     producer = Producer(cluster.conf(SMALL_BATCHES))
     sent = Sent()
     for r in range(rounds):
         for k in range(40):
             _produce(producer, topic, b"item-%02d" % k, b"%s-%d" % (tag.encode(), r), sent)
+        _produce(producer, topic, None, b"keyless-%d" % r, sent)
     _flush(producer, sent)
     _roll(cluster, producer, topic, f"fill-{tag}", sent)
     return _latest(sent.records)
@@ -412,7 +418,7 @@ def test_cleanup_policy_changed_live(cluster: Cluster) -> None:
         assert offsets[: ends[t]] == list(range(ends[t])), f"{t}: compacted under delete"
         assert _cleaner_checkpoint(cluster.log_dirs(), t) is None
 
-    # delete -> compact, no restart
+    # delete -> compact, no restart (the cleaner drops the records without a key, as Kafka's)
     _alter_incrementally(cluster, by_delta, {"cleanup.policy": "compact"})
     _alter_all(cluster, by_whole, COMPACTED)
     for t, values in latest.items():
