@@ -17,7 +17,10 @@ All integers are big-endian; a segment's base offset is its 20-digit file name. 
 may be preallocated and end in all-zero entries: as in Kafka, an entry whose offset equals the
 base offset after the first one ends the index. Index entries are checked against the
 ``.log`` next to them (the offset of an index entry must be the last offset of the batch at
-its position); mismatches are reported on stderr after all files, as Kafka does.
+its position); mismatches are reported on stderr after all files, as Kafka does. So are
+non-consecutive record offsets (with ``--deep-iteration``), compared record by record as
+Kafka compares them: a compacted segment has gaps between and inside batches, and a batch the
+cleaner emptied (``count: 0``) has no record to compare.
 
 The dumpers are pure generators of output lines (``dump_segment``, ``dump_offset_index``,
 ``dump_time_index``, ...), so they are unit-testable; only ``run`` touches stdout/stderr.
@@ -72,7 +75,8 @@ class DumpProblems:
                 yield f"  Index offset: {index_offset}, log offset: {log_offset}"
         for name, pairs in self.non_consecutive.items():
             yield f"Non-consecutive offsets in {name}"
-            for prev, cur in pairs:
+            # the last gap first: Kafka prepends each pair to a list and prints the list
+            for prev, cur in reversed(pairs):
                 yield f"  {prev} is followed by {cur}"
         yield from self.other
 
@@ -115,7 +119,10 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
 
-def _record_lines(buf: memoryview, header: BatchHeader, print_data: bool) -> Iterator[str]:
+def _record_lines(
+    buf: memoryview, header: BatchHeader, print_data: bool
+) -> Iterator[tuple[int, str]]:
+    """``(offset, line)`` for each record of the batch."""
     from broker.protocol.records import decode_records
 
     records = decode_records(buf, header)
@@ -140,7 +147,7 @@ def _record_lines(buf: memoryview, header: BatchHeader, print_data: bool) -> Ite
                 line += f" key: {_text(record.key)}"
             if record.value is not None:
                 line += f" payload: {_text(record.value)}"
-        yield line
+        yield record.offset, line
 
 
 def _control_suffix(key: bytes | None, value: bytes | None) -> str:
@@ -188,7 +195,9 @@ def dump_segment(
         limit = end if max_bytes is None else min(end, max_bytes)
         pos = 0
         batches = 0
-        prev_offset: int | None = None
+        last_record: int | None = None  # offset of the last record printed
+        gaps = problems.non_consecutive if deep and problems is not None else None
+        name = str(path.absolute())  # Kafka's key: File.getAbsolutePath
         stopped_early = False
         while pos < end:
             if (max_batches is not None and batches >= max_batches) or pos >= limit:
@@ -224,19 +233,17 @@ def dump_segment(
             )
             if deep:
                 try:
-                    yield from _record_lines(buf, header, print_data)
+                    for offset, line in _record_lines(buf, header, print_data):
+                        if (
+                            gaps is not None
+                            and last_record is not None
+                            and offset != last_record + 1
+                        ):
+                            gaps.setdefault(name, []).append((last_record, offset))
+                        last_record = offset
+                        yield line
                 except KafkaError as exc:
                     yield f"| cannot decode the records of this batch: {exc}"
-            if (
-                deep
-                and problems is not None
-                and prev_offset is not None
-                and header.base_offset != prev_offset + 1
-            ):
-                problems.non_consecutive.setdefault(str(path), []).append(
-                    (prev_offset, header.base_offset)
-                )
-            prev_offset = header.last_offset
             batches += 1
             pos += header.size
         if not stopped_early and pos < end:

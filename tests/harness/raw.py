@@ -124,26 +124,31 @@ class RawConnection:
 
     def produce_v3(self, topic: str, partition: int, records: bytes, acks: int = 1) -> Any:
         """A hand-built Produce v3 for one partition; returns its PartitionProduceResponse."""
-        import datetime
+        return self.produce(topic, partition, records, acks, version=3)
 
-        from kio.schema.produce.v3.request import (
-            PartitionProduceData,
-            ProduceRequest,
-            TopicProduceData,
-        )
+    def produce(
+        self, topic: str, partition: int, records: bytes, acks: int = 1, *, version: int
+    ) -> Any:
+        """A hand-built Produce request (v3 to v9: the same request fields) for one partition;
+        returns its PartitionProduceResponse (from v8 with ``record_errors`` and
+        ``error_message``)."""
+        import datetime
+        import importlib
+
         from kio.schema.types import TopicName
         from kio.static.primitive import i16, i32, i32Timedelta
 
+        schema = importlib.import_module(f"kio.schema.produce.v{version}.request")
         resp = self.request(
-            ProduceRequest(
+            schema.ProduceRequest(
                 transactional_id=None,
                 acks=i16(acks),
                 timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
                 topic_data=(
-                    TopicProduceData(
+                    schema.TopicProduceData(
                         name=TopicName(topic),
                         partition_data=(
-                            PartitionProduceData(index=i32(partition), records=records),
+                            schema.PartitionProduceData(index=i32(partition), records=records),
                         ),
                     ),
                 ),

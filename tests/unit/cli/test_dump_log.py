@@ -198,6 +198,84 @@ def test_non_consecutive_offsets_reported(tmp_path: Path) -> None:
     assert "  0 is followed by 5" in list(problems.lines())
 
 
+def _cleaned_segment(tmp_path: Path) -> tuple[Path, int]:
+    """A segment as the log cleaner leaves it (built with the cleaner's own rewrites): offsets
+    0..9 an idempotent producer's last batch, emptied; 10..14 a batch of which the records at
+    11 and 13 stay, 13 a tombstone, stamped with a delete horizon; 15..16 kept whole."""
+    from broker.protocol.batch_rewrite import empty_batch, rebuild_batch, records_of
+    from broker.protocol.records import read_header
+
+    superseded = encode_batch(
+        [SimpleRecord(b"old", b"k%d" % i, T0 + i) for i in range(10)],
+        base_offset=0,
+        producer_id=7,
+        producer_epoch=0,
+        base_sequence=0,
+        partition_leader_epoch=0,
+    )
+    mixed = encode_batch(
+        [SimpleRecord(None if i == 3 else b"v%d" % i, b"m%d" % i, T0 + 10 + i) for i in range(5)],
+        base_offset=10,
+        partition_leader_epoch=0,
+    )
+    whole = encode_batch(
+        [SimpleRecord(b"w", b"w%d" % i, T0 + 20 + i) for i in range(2)],
+        base_offset=15,
+        partition_leader_epoch=0,
+    )
+    horizon = T0 + 86_400_000
+    header = read_header(mixed)
+    payload, records = records_of(mixed, header, 1 << 20)
+    rewritten = rebuild_batch(header, payload, [records[1], records[3]], delete_horizon=horizon)
+    return _write_segment(
+        tmp_path, empty_batch(read_header(superseded)) + rewritten + whole
+    ), horizon
+
+
+def test_cleaned_segment_as_kafka_prints_it(tmp_path: Path) -> None:
+    seg, horizon = _cleaned_segment(tmp_path)
+    problems = DumpProblems()
+    lines = list(dump_segment(seg, print_data=True, problems=problems))
+    batches = [line for line in lines if line.startswith("baseOffset:")]
+    records = [line for line in lines if line.startswith("| ")]
+    # the emptied batch keeps its offsets and producer fields, holds no record
+    assert batches[0].startswith(
+        "baseOffset: 0 lastOffset: 9 count: 0 baseSequence: 0 lastSequence: 9 "
+        "producerId: 7 producerEpoch: 0 partitionLeaderEpoch: 0 isTransactional: false "
+        "isControl: false deleteHorizonMs: OptionalLong.empty position: 0 "
+        f"CreateTime: {T0 + 9} size: 61 "
+    )
+    assert lines[2] == batches[1], "an empty batch has no record line"
+    assert batches[1].startswith(
+        f"baseOffset: 10 lastOffset: 14 count: 2 baseSequence: -1 lastSequence: -1 "
+        f"producerId: -1 producerEpoch: -1 partitionLeaderEpoch: 0 isTransactional: false "
+        f"isControl: false deleteHorizonMs: OptionalLong[{horizon}] position: 61 "
+        f"CreateTime: {T0 + 13} "
+    )
+    assert all(b.endswith(" isvalid: true") for b in batches)
+    # records keep their offsets and timestamps under the horizon; a tombstone has no payload
+    assert records[:2] == [
+        f"| offset: 11 CreateTime: {T0 + 11} keySize: 2 valueSize: 2 sequence: -1 "
+        "headerKeys: [] key: m1 payload: v1",
+        f"| offset: 13 CreateTime: {T0 + 13} keySize: 2 valueSize: -1 sequence: -1 "
+        "headerKeys: [] key: m3",
+    ]
+    # gaps are found record by record (none for the empty batch), reported the last first
+    assert problems.non_consecutive == {str(seg): [(11, 13), (13, 15)]}
+    assert list(problems.lines()) == [
+        f"Non-consecutive offsets in {seg}",
+        "  13 is followed by 15",
+        "  11 is followed by 13",
+    ]
+
+
+def test_gaps_are_not_checked_without_deep_iteration(tmp_path: Path) -> None:
+    seg, _horizon = _cleaned_segment(tmp_path)
+    problems = DumpProblems()
+    list(dump_segment(seg, problems=problems))
+    assert not problems
+
+
 # --- indexes --------------------------------------------------------------------------------
 
 
