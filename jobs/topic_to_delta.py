@@ -8,6 +8,19 @@ is written from ``foreachBatch`` with Delta's idempotent-write options ``txnAppI
 restarted query replays a micro-batch whose write had already committed, Delta skips it, so
 the table holds every record once.
 
+With ``--group``, each micro-batch's source offsets are then committed to that consumer
+group (``spark_connector.exactly_once.commit_batch_offsets``), so ``kafka-consumer-groups``
+shows the job's lag. Order: the Delta commit first, the offsets second. Delta and Kafka
+cannot share a transaction; in this order the group's offsets never run ahead of the table:
+if the driver dies between the two steps, the restarted query replays the batch, Delta skips
+the write it already holds (``txnVersion``), and the offsets are committed then.
+
+``--mode merge`` keeps a table of the topic's latest record per key instead (for compacted
+topics, e.g. the counts ``jobs/stream_counts.py`` upserts): each micro-batch is reduced to the
+newest record of each key and MERGEd into the table on ``key`` (a newer offset updates the
+row, a tombstone deletes it, a new key is inserted), with ``txnAppId``/``txnVersion`` set as
+Delta's session settings so a replayed MERGE is skipped too.
+
 Run it (a broker on 127.0.0.1:9092 with a topic ``events``; ``make setup`` fetched Delta's
 jars into ``.cache/jvm/delta``)::
 
@@ -42,6 +55,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--starting-offsets", default="earliest", help="first run only")
     p.add_argument("--max-offsets-per-trigger", type=int, default=None)
     p.add_argument("--decode", action="store_true", help="key and value as UTF-8 strings")
+    p.add_argument("--group", default=None, help="commit the consumed offsets to this group")
+    p.add_argument(
+        "--mode",
+        choices=("append", "merge"),
+        default="append",
+        help="append every record (default) or merge the latest record per key",
+    )
     p.add_argument("--trigger-interval", default="5 seconds", help="processing-time trigger")
     p.add_argument("--available-now", action="store_true", help="process the backlog, stop")
     p.add_argument("--run-seconds", type=float, default=0.0, help="0: run until killed")
@@ -54,6 +74,44 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def app_id_for(table: str) -> str:
     """A stable Delta ``txnAppId`` for a table path (the same on every restart)."""
     return "millrace-topic-to-delta-" + hashlib.sha256(table.encode()).hexdigest()[:16]
+
+
+def merge_latest(batch: Any, batch_id: int, table: str, app_id: str) -> None:
+    """MERGE the newest record of each key of ``batch`` into the Delta table at ``table``
+    (created on first use): newer offsets update, tombstones delete, new keys insert."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    spark = batch.sparkSession
+    newest = (
+        batch.where(F.col("key").isNotNull())
+        .withColumn(
+            "_rank", F.row_number().over(Window.partitionBy("key").orderBy(F.desc("offset")))
+        )
+        .where("_rank = 1")
+        .drop("_rank")
+    )
+    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+    spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+    try:
+        if not DeltaTable.isDeltaTable(spark, table):
+            newest.where(F.col("value").isNotNull()).write.format("delta").mode("append").save(
+                table
+            )
+            return
+        (
+            DeltaTable.forPath(spark, table)
+            .alias("t")
+            .merge(newest.alias("b"), "t.key = b.key")
+            .whenMatchedDelete(condition="b.value IS NULL")
+            .whenMatchedUpdateAll(condition="b.offset > t.offset OR b.partition != t.partition")
+            .whenNotMatchedInsertAll(condition="b.value IS NOT NULL")
+            .execute()
+        )
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")
 
 
 def build_query(spark: Any, args: argparse.Namespace) -> Any:
@@ -82,13 +140,20 @@ def build_query(spark: Any, args: argparse.Namespace) -> Any:
     def write_batch(batch: Any, batch_id: int) -> None:
         # Delta records (txnAppId, txnVersion) in the same commit as the data and skips a
         # write whose version it has already committed: a replayed batch lands once.
-        (
-            batch.write.format("delta")
-            .mode("append")
-            .option("txnAppId", app_id)
-            .option("txnVersion", batch_id)
-            .save(table)
-        )
+        if args.mode == "merge":
+            merge_latest(batch, batch_id, table, app_id)
+        else:
+            (
+                batch.write.format("delta")
+                .mode("append")
+                .option("txnAppId", app_id)
+                .option("txnVersion", batch_id)
+                .save(table)
+            )
+        if args.group:
+            from spark_connector.exactly_once import commit_batch_offsets
+
+            commit_batch_offsets(args.bootstrap, args.checkpoint, batch_id, args.group)
 
     writer = (
         rows.writeStream.foreachBatch(write_batch)

@@ -42,6 +42,7 @@ __all__ = [
     "ExactlyOnceError",
     "SinkLog",
     "TaskTransaction",
+    "commit_batch_offsets",
     "exactly_once_settings",
     "source_offsets",
 ]
@@ -468,6 +469,38 @@ class Committer:
             except TxnError as exc:
                 log.warning("millrace sink: aborting batch transactions failed: %s", exc)
             self._abort_leftovers(client)
+
+
+def commit_batch_offsets(
+    bootstrap: str, checkpoint_location: str, batch_id: int, group: str
+) -> dict[str, dict[int, int]]:
+    """Commit batch ``batch_id``'s source end offsets (Spark's ``offsets/<batch_id>`` of the
+    query checkpointed at ``checkpoint_location``) to ``group`` with a plain OffsetCommit.
+
+    For sinks that cannot share a Kafka transaction (Delta Lake): call it *after* the sink's
+    own idempotent commit of the batch, so the group's offsets may lag the sink (until the
+    replay of the batch, which the sink skips, commits them again) but never run ahead of it.
+    Returns the offsets committed (``{}`` when the batch has no Kafka source offsets)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    offsets = source_offsets(str(_checkpoint_dir(checkpoint_location) / SINK_LOG_DIR), batch_id)
+    if not offsets:
+        return {}
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
+    try:
+        consumer.commit(
+            offsets=[
+                TopicPartition(topic, p, o)
+                for topic, parts in sorted(offsets.items())
+                for p, o in sorted(parts.items())
+            ],
+            asynchronous=False,
+        )
+    finally:
+        consumer.close()
+    return offsets
 
 
 def task_transactions(messages: Sequence[Any]) -> list[TaskTransaction]:
