@@ -287,3 +287,20 @@ def test_a_batch_write_gets_a_random_prefix_and_no_log() -> None:
     assert first is not None and second is not None
     assert first.log_dir is None and first.batch_id is None and first.committed_through == -1
     assert first.prefix.startswith("millrace-write-") and first.prefix != second.prefix
+
+
+def test_relative_and_tilde_checkpoints_resolve_as_spark_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark (Hadoop's Path) resolves a relative checkpoint location against the working
+    directory and does not expand ``~``: the sink's log and the offsets it reads must be in
+    the directory Spark uses."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for location, expected in (
+        ("ckpt", tmp_path / "ckpt"),
+        ("~/ckpt", tmp_path / "~" / "ckpt"),
+    ):
+        eos = _settings(deliveryGuarantee="exactly-once", checkpointLocation=location)
+        assert eos is not None
+        assert eos.log_dir == str(expected.resolve() / "millrace-sink"), location
