@@ -119,10 +119,12 @@ class ExactlyOnce:
 
 
 def _checkpoint_dir(location: str) -> Path:
+    """The directory Spark makes of ``location``: Hadoop's ``Path`` resolves a relative path
+    against the working directory and does not expand ``~`` (so neither does this)."""
     parsed = urlparse(location)
     if parsed.scheme in ("", "file"):
         path = parsed.path if parsed.scheme == "file" else location
-        return Path(path).expanduser().resolve()
+        return Path(path).resolve()
     raise ExactlyOnceError(
         f"option '{CHECKPOINT_OPTION}' is {location!r}: exactly-once keeps its commit log next "
         "to Spark's checkpoint and needs a local or mounted file system path (file:// or a "
