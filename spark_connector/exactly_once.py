@@ -58,6 +58,7 @@ TIMEOUT_KAFKA_OPTION = "transaction.timeout.ms"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's default transaction.max.timeout.ms
 SINK_LOG_DIR = "millrace-sink"
 KEEP_BATCHES = 100  # as Spark's spark.sql.streaming.minBatchesToRetain
+ABORT_LINGER_S = 5.0  # how long abort() keeps aborting transactions cancelled tasks open
 AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
 
 
@@ -470,7 +471,14 @@ class Committer:
                 client.fence(ids, self.settings.timeout_ms)
             except TxnError as exc:
                 log.warning("millrace sink: aborting batch transactions failed: %s", exc)
-            self._abort_leftovers(client)
+            # tasks Spark is still cancelling may open their transaction just after this
+            # call began: keep aborting what appears for a few seconds
+            deadline = time.monotonic() + ABORT_LINGER_S
+            while True:
+                self._abort_leftovers(client)
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.5)
 
 
 def commit_batch_offsets(

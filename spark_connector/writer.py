@@ -308,6 +308,23 @@ class _DeliveryTracker:
             self.errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
 
 
+class _TransactionalDeliveryTracker(_DeliveryTracker):
+    """Also remembers the partitions written, which the task's transaction must cover."""
+
+    __slots__ = ("partitions",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.partitions: set[tuple[str, int]] = set()
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked += 1
+            self.partitions.add((msg.topic(), msg.partition()))
+            return
+        super().__call__(err, msg)
+
+
 def _headers(value: Any, row: int) -> list[tuple[str, bytes | None]] | None:
     if not value:
         return None
@@ -448,7 +465,7 @@ def write_batches(
                 pass
             return MillraceWriteCommitMessage(rows=0)
         txn_id = eos.transactional_id(partition_id, attempt)
-    tracker = _DeliveryTracker()
+    tracker = _DeliveryTracker() if txn_id is None else _TransactionalDeliveryTracker()
     producer: Any = None
     produced = 0
     row_base = 0
@@ -531,6 +548,13 @@ def write_batches(
         task_txn: TaskTransaction | None = None
         if txn_id is not None:
             txn, covered = _describe_open(plan, txn_id)
+            assert isinstance(tracker, _TransactionalDeliveryTracker)
+            missing = tracker.partitions - set(covered)
+            if missing:
+                raise DeliveryError(
+                    f"transaction {txn_id} does not cover partitions it wrote: "
+                    f"{sorted(missing)}; the task is retried"
+                )
             task_txn = TaskTransaction(txn, covered, batch_id, partition_id, attempt)
         ok = True
         # With a transaction, the producer is dropped without close(): close() would abort
