@@ -16,6 +16,9 @@ restarts and loads the log; no ``.cleaned``/``.swap`` file from before the kill 
 cleaner cleans the log again; and a consumer reading from offset 0 sees offsets strictly
 increasing and, for every key, exactly the latest value the producer had acknowledged (a
 key whose latest acknowledged write is a tombstone is absent or ends with that tombstone).
+
+``MILLRACE_COMPACTION_SEED`` and ``MILLRACE_COMPACTION_KILLS`` choose another seed and more
+kills (a longer run, to hunt for rarer interleavings).
 """
 
 from __future__ import annotations
@@ -182,13 +185,28 @@ def _rounds_since(cluster: Cluster, position: int) -> int:
         return fh.read().count(f"cleaned log {TOPIC}-0 ".encode())
 
 
+def _descendants(pid: int) -> set[tuple[int, int]]:
+    return {i for p in child_pids(pid) if (i := process_identity(p)) is not None}
+
+
+def _is_pool_worker(ident: tuple[int, int]) -> bool:
+    """A multiprocessing "spawn" child (the cleaner's worker pool) still running."""
+    try:
+        cmdline = Path(f"/proc/{ident[0]}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return process_identity(ident[0]) == ident and b"spawn_main" in cmdline
+
+
 def _kill_at(
     mode: str, cluster: Cluster, watch: DirectoryWatch, rng: random.Random, tag: str
-) -> tuple[str, set[tuple[int, int]]]:
-    """Wait for the moment ``mode`` names, SIGKILL the broker then; returns what happened
-    and the broker's descendants (identities) seen just before."""
+) -> tuple[str, set[tuple[int, int]], int]:
+    """Wait for the moment ``mode`` names, SIGKILL the broker then; returns what happened,
+    the broker's descendants (identities) seen before the kill and how many of them were
+    cleaner workers."""
     pid = cluster.broker_pid(1)
-    children = {i for p in child_pids(pid) if (i := process_identity(p)) is not None}
+    children = _descendants(pid)
+    workers = {c for c in children if _is_pool_worker(c)}
     watch.drain()
     what = mode
     if mode == "rewriting":
@@ -196,7 +214,8 @@ def _kill_at(
             lambda mask, name: bool(mask & IN_CREATE) and name.endswith(".log.cleaned"), 90
         )
         assert event is not None, f"{tag}: no cleaning round wrote a .cleaned segment in 90s"
-        children |= {i for p in child_pids(pid) if (i := process_identity(p)) is not None}
+        children |= _descendants(pid)
+        workers |= {c for c in children if _is_pool_worker(c)}
         delay = rng.uniform(0.0, 1.0)
         time.sleep(delay)
         what = f"rewriting ({event[1]} + {delay:.2f}s)"
@@ -215,7 +234,7 @@ def _kill_at(
         what = f"{mode} ({event[1]})"
     os.kill(pid, signal.SIGKILL)
     assert wait_for(lambda: not pid_alive(pid), 30, f"{tag}: broker pid {pid} to die")
-    return what, children
+    return what, children, len(workers)
 
 
 def _leftovers(directory: Path, before_ns: int) -> list[str]:
@@ -299,9 +318,9 @@ def test_compaction_survives_sigkill_at_random_moments(
                 tag = f"seed {SEED}, kill {i + 1}/{len(modes)} ({mode})"
                 started = time.monotonic()
                 writer.start()
-                what, children = _kill_at(mode, cluster, watch, rng, tag)
+                what, children, workers = _kill_at(mode, cluster, watch, rng, tag)
                 at_kill = _unfinished(directory)
-                workers_seen += len(children)
+                workers_seen += workers
                 # no cleaner worker (nor any other child) outlives the broker
                 wait_for(
                     lambda children=children: all(
@@ -329,7 +348,8 @@ def test_compaction_survives_sigkill_at_random_moments(
                 read = _check_log(cluster, expected, tag)
                 report.append(
                     f"{i + 1}: {what}; at the kill: {at_kill}; at load: "
-                    f"{_loader_lines(cluster, position)}; {len(children)} child processes; "
+                    f"{_loader_lines(cluster, position)}; {len(children)} child processes "
+                    f"({workers} cleaner workers); "
                     f"read {read} records after {writer.seq} writes "
                     f"({time.monotonic() - started:.1f}s)"
                 )
