@@ -9,9 +9,11 @@ the single broker is SIGKILLed again and again at moments drawn from a seeded
   ``.deleted``, or the ``.swap`` ``.log`` to its final name (inotify tells the test the moment
   the rename happens; the kill lands a few instructions or an fsync later);
 * ``after-round``: shortly after a round's summary line (the checkpoint write, ``.deleted``
-  files pending, or the next round mapping its dirty section).
+  files pending, or the next round mapping its dirty section);
+* ``worker``: only the cleaner worker, while it writes ``.cleaned`` segments: the broker
+  notices, discards the round's files, starts a new worker and cleans again.
 
-After each kill: no cleaner worker process outlives the broker (PR_SET_PDEATHSIG); the broker
+After each broker kill: no cleaner worker process outlives the broker (PR_SET_PDEATHSIG); the broker
 restarts and loads the log; no ``.cleaned``/``.swap`` file from before the kill is left; the
 cleaner cleans the log again; and a consumer reading from offset 0 sees offsets strictly
 increasing and, for every key, exactly the latest value the producer had acknowledged (a
@@ -165,7 +167,15 @@ class Writer:
 
 # --- moments to kill at ---------------------------------------------------------------------
 
-MODES = ("rewriting", "index-swap", "log-swap", "old-deleted", "swapped", "after-round")
+MODES = (
+    "rewriting",
+    "index-swap",
+    "log-swap",
+    "old-deleted",
+    "swapped",
+    "after-round",
+    "worker",
+)
 RENAMED_TO = {
     "index-swap": ".index.swap",
     "log-swap": ".log.swap",
@@ -237,6 +247,26 @@ def _kill_at(
     return what, children, len(workers)
 
 
+def _kill_worker(
+    cluster: Cluster, watch: DirectoryWatch, rng: random.Random, tag: str
+) -> tuple[str, int]:
+    """SIGKILL the cleaner worker (only) while it writes ``.cleaned`` segments; returns what
+    happened and the broker's output position before."""
+    position = _output_size(cluster)
+    watch.drain()
+    event = watch.wait(
+        lambda mask, name: bool(mask & IN_CREATE) and name.endswith(".log.cleaned"), 90
+    )
+    assert event is not None, f"{tag}: no cleaning round wrote a .cleaned segment in 90s"
+    delay = rng.uniform(0.0, 0.5)
+    time.sleep(delay)
+    workers = [ident for ident in _descendants(cluster.broker_pid(1)) if _is_pool_worker(ident)]
+    assert workers, f"{tag}: no cleaner worker under broker pid {cluster.broker_pid(1)}"
+    for pid, _start in workers:
+        os.kill(pid, signal.SIGKILL)
+    return f"worker ({event[1]} + {delay:.2f}s, pids {[w[0] for w in workers]})", position
+
+
 def _leftovers(directory: Path, before_ns: int) -> list[str]:
     """``.cleaned``/``.swap`` files last modified before ``before_ns`` (so not written by the
     restarted broker's own rounds)."""
@@ -297,6 +327,15 @@ def _check_log(cluster: Cluster, expected: Expected, tag: str) -> int:
     return len(msgs)
 
 
+def _stop_and_check(writer: Writer, cluster: Cluster, tag: str) -> int:
+    """Stop the writer once all it wrote is acknowledged, then ``_check_log``."""
+    writer.stop()
+    with writer.lock:
+        assert not writer.failed, f"{tag}: deliveries failed: {writer.failed[:5]}"
+        expected = dict(writer.acked)
+    return _check_log(cluster, expected, tag)
+
+
 def test_compaction_survives_sigkill_at_random_moments(
     cluster_factory: Callable[..., Cluster],
 ) -> None:
@@ -318,6 +357,29 @@ def test_compaction_survives_sigkill_at_random_moments(
                 tag = f"seed {SEED}, kill {i + 1}/{len(modes)} ({mode})"
                 started = time.monotonic()
                 writer.start()
+                if mode == "worker":
+                    what, position = _kill_worker(cluster, watch, rng, tag)
+                    killed_ns = time.time_ns()
+                    # the broker discards the round, starts a new worker and cleans again
+                    wait_for(
+                        lambda position=position: _rounds_since(cluster, position) > 0,
+                        90,
+                        f"{tag}: a cleaning round after the worker was killed",
+                    )
+                    assert pid_alive(cluster.broker_pid(1)), f"{tag}: the broker died"
+                    with Path(cluster.broker(1)["out"]).open("rb") as fh:
+                        fh.seek(position)
+                        assert b"died; restarting the pool" in fh.read(), (
+                            f"{tag}: the broker did not notice its worker died"
+                        )
+                    left = _leftovers(directory, killed_ns)
+                    assert not left, f"{tag}: the killed worker's files are left: {left}"
+                    read = _stop_and_check(writer, cluster, tag)
+                    report.append(
+                        f"{i + 1}: {what}; read {read} records after {writer.seq} writes "
+                        f"({time.monotonic() - started:.1f}s)"
+                    )
+                    continue
                 what, children, workers = _kill_at(mode, cluster, watch, rng, tag)
                 at_kill = _unfinished(directory)
                 workers_seen += workers
@@ -341,11 +403,7 @@ def test_compaction_survives_sigkill_at_random_moments(
                     90,
                     f"{tag}: a cleaning round after the restart",
                 )
-                writer.stop()
-                with writer.lock:
-                    assert not writer.failed, f"{tag}: deliveries failed: {writer.failed[:5]}"
-                    expected = dict(writer.acked)
-                read = _check_log(cluster, expected, tag)
+                read = _stop_and_check(writer, cluster, tag)
                 report.append(
                     f"{i + 1}: {what}; at the kill: {at_kill}; at load: "
                     f"{_loader_lines(cluster, position)}; {len(children)} child processes "
