@@ -34,6 +34,8 @@ from broker.protocol import records
 from tests.harness.waiting import wait_for
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tests.harness.cluster import Cluster
 
 INTERNAL_PARTITIONS = 3
@@ -96,7 +98,7 @@ def _output_size(cluster: Cluster, broker_id: int) -> int:
 
 
 def _wait_compacted(
-    cluster: Cluster, topic: str, partition: int, most: int, poke: Any, what: str
+    cluster: Cluster, topic: str, partition: int, most: int, poke: Callable[[], object], what: str
 ) -> dict[int, int]:
     """Until every replica of ``topic-partition`` holds at most ``most`` records on disk;
     ``poke()`` (a small write) lets the active segment roll so its records get cleaned too.
@@ -118,8 +120,8 @@ def _wait_compacted(
         counts: dict[int, int] = wait_for(check, 180, what)
         return counts
     except AssertionError:
-        counts = {b: _log_records(cluster.log_dir(topic, partition, b)) for b in replicas}
-        raise AssertionError(f"{what}: (records, bytes) on disk per broker {counts}") from None
+        detail = {b: _log_records(cluster.log_dir(topic, partition, b)) for b in replicas}
+        raise AssertionError(f"{what}: (records, bytes) on disk per broker {detail}") from None
 
 
 def _loaded_line(cluster: Cluster, broker_id: int, position: int, prefix: str) -> str:
@@ -136,13 +138,16 @@ def _loaded_line(cluster: Cluster, broker_id: int, position: int, prefix: str) -
 
 class Committer:
     """A consumer of the group committing its own partitions asynchronously in a loop; the
-    offset committed for every partition grows by one each time."""
+    offset committed for every partition grows by one each time, and the last offsets are
+    committed once more synchronously at the end."""
 
     def __init__(self, cluster: Cluster, group: str, topic: str, partitions: list[int]) -> None:
         self.topic = topic
         self.partitions = partitions
-        self.errors: list[str] = []
+        self.errors: list[str] = []  # commit calls that raised
+        self.failed: list[str] = []  # asynchronous commits answered with an error
         self.acked = 0
+        self.final_ok = False
         self.consumer = Consumer(
             cluster.conf(
                 {
@@ -152,32 +157,35 @@ class Committer:
                 }
             )
         )
-        self.last = 0
 
     def _on_commit(self, err: Any, _partitions: Any) -> None:
         if err is not None:
-            self.errors.append(str(err))
+            self.failed.append(str(err))
         else:
             self.acked += 1
 
+    def _commit(self, offset: int, asynchronous: bool) -> None:
+        offsets = [TopicPartition(self.topic, p, offset) for p in self.partitions]
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=asynchronous)
+                return
+            except KafkaException as exc:
+                self.errors.append(f"commit {offset}: {exc}")
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
     def run(self, commits: int) -> None:
         for i in range(1, commits + 1):
-            self.last = i
-            offsets = [TopicPartition(self.topic, p, i) for p in self.partitions]
-            while True:
-                try:
-                    self.consumer.commit(offsets=offsets, asynchronous=True)
-                    break
-                except KafkaException as exc:
-                    self.errors.append(f"commit {i}: {exc}")
-                    time.sleep(0.1)
+            self._commit(i, asynchronous=True)
             if i % 200 == 0:
                 self.consumer.poll(0)
-        # the last one synchronously: every earlier commit of this consumer is done too
-        final = [TopicPartition(self.topic, p, commits) for p in self.partitions]
-        self.consumer.commit(offsets=final, asynchronous=False)
+        self._commit(commits, asynchronous=False)
+        self.final_ok = True
         deadline = time.monotonic() + 60
-        while self.acked < commits and time.monotonic() < deadline:
+        while self.acked + len(self.failed) < commits and time.monotonic() < deadline:
             self.consumer.poll(0.1)
 
     def close(self) -> None:
@@ -215,10 +223,14 @@ def test_new_group_coordinator_loads_only_the_live_offsets(cluster: Cluster) -> 
         for c in committers:
             c.close()
     elapsed = time.monotonic() - started
-    print(f"{COMMITS} commits in {elapsed:.1f}s; errors {[c.errors[:3] for c in committers]}")
-    assert all(c.acked == COMMITS // COMMITTERS for c in committers), [
-        (c.acked, c.errors[:3]) for c in committers
-    ]
+    summary = [(c.acked, c.failed[:3], c.errors[:3]) for c in committers]
+    print(f"{COMMITS} commits in {elapsed:.1f}s; (acked, failed, raised) {summary}")
+    # each commit answered, the last ones acknowledged; a commit that timed out on a loaded
+    # machine is tolerated (a later one carries the same partitions further)
+    per_committer = COMMITS // COMMITTERS
+    assert all(c.final_ok for c in committers), summary
+    assert all(c.acked + len(c.failed) >= per_committer for c in committers), summary
+    assert all(len(c.failed) <= per_committer // 100 for c in committers), summary
     expected = {p: COMMITS // COMMITTERS for p in range(COMMITTERS * PARTITIONS_PER_COMMIT)}
     live_keys = len(expected)
     written = COMMITS * PARTITIONS_PER_COMMIT
@@ -244,6 +256,7 @@ def test_new_group_coordinator_loads_only_the_live_offsets(cluster: Cluster) -> 
         f"{time.monotonic() - started - elapsed:.1f}s after the last commit"
     )
 
+    cluster.wait_isr_complete("__consumer_offsets", 90)  # another replica can take over
     coordinator = cluster.describe("__consumer_offsets")[offsets_partition][0]
     positions = {b: _output_size(cluster, b) for b in cluster.broker_ids()}
     cluster.stop_broker(hard=True, broker_id=coordinator)
@@ -334,6 +347,7 @@ def test_new_transaction_coordinator_loads_a_compacted_state_and_knows_the_id(
     before = _describe_txn(cluster, txn_id)
     assert before["TransactionState"] == "CompleteCommit", before
 
+    cluster.wait_isr_complete("__transaction_state", 90)  # another replica can take over
     coordinator = cluster.describe("__transaction_state")[state_partition][0]
     positions = {b: _output_size(cluster, b) for b in cluster.broker_ids()}
     cluster.stop_broker(hard=True, broker_id=coordinator)
