@@ -63,3 +63,40 @@ def pids_mentioning(text: str) -> list[int]:
         if text in cmdline:
             found.append(int(entry.name))
     return found
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()
+
+
+def process_identity(pid: int) -> tuple[int, int] | None:
+    """(pid, start time in clock ticks): tells a process from a later one given the same pid.
+    None if ``pid`` is gone or a zombie."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return None
+    return pid, int(fields[19])
+
+
+def child_pids(pid: int) -> list[int]:
+    """Live descendants of ``pid`` (children, grandchildren, ...), from ``/proc``."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields is not None and fields[0] not in ("Z", "X"):
+            parents[int(entry.name)] = int(fields[1])
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        kids = [p for p, pp in parents.items() if pp == parent]
+        found.extend(kids)
+        frontier.extend(kids)
+    return sorted(found)

@@ -173,11 +173,12 @@ class GroupCoordinator:
                 log.exception("cannot load group %s", group_id)
         state.loaded = True
         log.info(
-            "loaded %s-%d: %d groups, offsets of %d groups",
+            "loaded %s-%d: %d groups, offsets of %d groups, from %d records",
             OFFSETS_TOPIC,
             state.partition,
             len(state.groups),
             len(state.offsets),
+            loaded.records,
         )
 
     def _unload(self, partition: int) -> None:

@@ -99,6 +99,7 @@ class LoadedPartition:
     groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
     removed_groups: set[str] = field(default_factory=set)
     pending: PendingOffsets = field(default_factory=dict)
+    records: int = 0  # keyed records replayed (a compacted partition: about its live keys)
 
 
 def complete_pending(
@@ -137,6 +138,7 @@ def apply_records(loaded: LoadedPartition, blobs: Iterable[bytes]) -> None:
             for rec in records.decode_records(blob, header):
                 if rec.key is None:
                     continue
+                loaded.records += 1
                 try:
                     key = decode_key(rec.key)
                     value = decode_value(key, rec.value)

@@ -118,6 +118,7 @@ def test_simple_commit_is_written_then_fetched_and_replays_from_the_log() -> Non
     loaded = persistence.LoadedPartition()
     persistence.apply_records(loaded, rm.appended[p])
     assert loaded.offsets["g"][TP].offset == 42
+    assert loaded.records == 1  # what the coordinator's "loaded ..." line reports
 
 
 def test_a_commit_that_is_not_replicated_is_not_acknowledged_nor_cached() -> None:
