@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 DIR    ?= run/cluster
 BROKERS ?= 1
 
-.PHONY: setup test test-unit lint format demo bench bench-quick cluster-up cluster-down clean
+.PHONY: setup test test-unit fault lint format demo bench bench-quick cluster-up cluster-down clean
 
 JVM    := .cache/jvm
 JVM_STAMP := $(JVM)/.fetched
@@ -37,6 +37,11 @@ $(JVM_STAMP): jvm/pom.xml jvm/kafka-dist/pom.xml jvm/spark-kafka/pom.xml jvm/del
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+# The fault-injection tests (marker fault) with longer runs: more seeded SIGKILLs of a broker in
+# the middle of log cleaning (MILLRACE_COMPACTION_KILLS); about 30 minutes.
+fault: setup
+	MILLRACE_COMPACTION_KILLS=60 $(PY) -m pytest -q -p no:cacheprovider -m fault tests
 
 test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "unit or property" tests
