@@ -46,7 +46,12 @@ if TYPE_CHECKING:
 
     from tests.harness.cluster import Cluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.fault, pytest.mark.timeout(420)]
+# about 15 s per kill: room for the longer runs of make fault (MILLRACE_COMPACTION_KILLS)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.fault,
+    pytest.mark.timeout(300 + 20 * int(os.environ.get("MILLRACE_COMPACTION_KILLS", "8"))),
+]
 
 SEED = int(os.environ.get("MILLRACE_COMPACTION_SEED", "20250611"))
 KILLS = int(os.environ.get("MILLRACE_COMPACTION_KILLS", "8"))
