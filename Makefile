@@ -60,13 +60,17 @@ demo: setup
 
 # Millrace beside Apache Kafka (bench/compare.py: workloads 1-6, BENCHMARKS.md + benchmarks/*.png;
 # bench/transactions.py: transactional produce and read_committed reads; bench/compaction.py:
-# the log cleaner's MB/s and CPU per MB, produce and fetch while it cleans), then the
-# Millrace-only cluster fail-over and consumer-group measurements. Progress on stderr.
-# (python -m bench.compaction --quick: the same at 50 MB, about a minute, into /tmp.)
+# the log cleaner's MB/s and CPU per MB, produce and fetch while it cleans; bench/aggregates.py:
+# Spark with format("millrace") beside format("kafka") for an aggregation upserted exactly once
+# into a compacted topic, a compacted topic read as a table, and a topic landed in Delta), then
+# the Millrace-only cluster fail-over and consumer-group measurements. Progress on stderr.
+# (python -m bench.compaction --quick: the same at 50 MB, about a minute, into /tmp;
+# python -m bench.aggregates --quick: reduced sizes, a few minutes, into /tmp.)
 bench: setup
 	$(PY) -m bench.compare
 	$(PY) -m bench.transactions --records 200000 --per-txn 1000 --runs 3
 	$(PY) -m bench.compaction --mb 500 --keys 100000 --runs 3
+	$(PY) -m bench.aggregates --records 2000000 --keys 10000 --max-offsets 500000 --table-updates 1000000 --table-keys 10000 --runs 3
 	$(PY) -m bench.cluster --records 1000000 --runs 3 --kills 3
 	$(PY) -m bench.groups --rebalances 5 --commit-seconds 20 --threads 4
 

@@ -34,28 +34,40 @@ SPARK_KAFKA_JARS = ROOT / ".cache" / "jvm" / "spark-kafka"
 FORMATS = ("millrace", "kafka")
 
 
-def session() -> Any:
-    """The benchmark's SparkSession with both connectors."""
+def session(*, delta: bool = False) -> Any:
+    """The benchmark's SparkSession with both connectors; with ``delta``, Delta Lake's jars,
+    SQL extension and catalog too (``spark_connector.session.configure``). Spark's Python
+    workers import this checkout's packages first (``PYTHONPATH``), as the driver does."""
     jars = sorted(str(p) for p in SPARK_KAFKA_JARS.glob("*.jar"))
     if not any("spark-sql-kafka" in j for j in jars):
         raise SystemExit(f"Spark's Kafka connector is not in {SPARK_KAFKA_JARS}: run make setup")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    path = os.environ.get("PYTHONPATH", "")
+    if str(ROOT) not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
     from pyspark.sql import SparkSession
 
     import spark_connector
+    from spark_connector.session import MissingJarsError, configure
 
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("millrace-bench")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # progress lines are the bench's
         .config("spark.driver.memory", "4g")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.jars", ",".join(jars))
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+    if delta:
+        try:  # spark.jars: Delta's and the same Kafka connector's
+            builder = configure(builder, delta=True, spark_kafka=True)
+        except MissingJarsError as exc:
+            raise SystemExit(str(exc)) from None
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark_connector.register(spark)
     return spark
