@@ -134,7 +134,7 @@ def consume(bootstrap: str, topic: str, n: int, partitions: int = 1) -> Consumed
     deadline = t0 + 600
     try:
         while got < n and time.perf_counter() < deadline:
-            for m in c.consume(10_000, 1.0):
+            for m in c.consume(min(10_000, n - got), 1.0):
                 if m.error() is None:
                     got += 1
             progress(f"    confluent-kafka consume {got:,}/{n:,}")
