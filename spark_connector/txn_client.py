@@ -16,8 +16,8 @@ a cluster lacks.
 
 Retries: coordinator errors (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
 COORDINATOR_LOAD_IN_PROGRESS), CONCURRENT_TRANSACTIONS and connection failures are retried,
-looking the coordinator up again, until ``timeout_s``; other errors raise :class:`TxnError`
-with Kafka's error name.
+looking the coordinator up again (ListTransactions: asking for the brokers again), until
+``timeout_s``; other errors raise :class:`TxnError` with Kafka's error name.
 
 Concurrency: one client per thread; it owns its sockets. Nothing here is pickled.
 """
@@ -333,21 +333,25 @@ class TxnClient:
         return self._retrying(what, attempt)
 
     def list_ongoing(self, prefix: str) -> list[str]:
-        """Ids starting with ``prefix`` whose transaction is open, from every broker."""
+        """Ids starting with ``prefix`` whose transaction is open, from every broker the
+        cluster lists. A retry asks for the brokers again: a broker that died drops out of the
+        listing once the cluster stops listing it (its transactions move to a new coordinator,
+        which lists them), instead of being retried until the timeout."""
         from kio.schema.list_transactions.v0.request import ListTransactionsRequest
 
-        found: set[str] = set()
-        for address in self.brokers().values():
-            response = self._retrying(
-                "ListTransactions",
-                lambda a=address: self._listed(
-                    a, ListTransactionsRequest(state_filters=("Ongoing",))
-                ),
-            )
-            for state in response.transaction_states:
-                if state.transactional_id.startswith(prefix):
-                    found.add(str(state.transactional_id))
-        return sorted(found)
+        request = ListTransactionsRequest(state_filters=("Ongoing",))
+
+        def attempt() -> list[str]:
+            found: set[str] = set()
+            for address in self.brokers().values():
+                response = self._listed(address, request)
+                for state in response.transaction_states:
+                    if state.transactional_id.startswith(prefix):
+                        found.add(str(state.transactional_id))
+            return sorted(found)
+
+        result: list[str] = self._retrying("ListTransactions", attempt)
+        return result
 
     def _listed(self, address: tuple[str, int], request: Any) -> Any:
         response = self._send(address, request)

@@ -251,3 +251,37 @@ def test_coordinator_and_leader_killed_during_a_commit(cluster: Any) -> None:
         assert seen == 300
     else:
         assert seen in (0, 300), f"a partial transaction is visible: {seen} of 300 ({outcome})"
+
+
+def test_listing_open_transactions_skips_a_dead_broker(cluster: Any) -> None:
+    """The exactly-once Spark sink's clean-up lists the open transactions of every broker
+    (``TxnClient.list_ongoing``). A broker SIGKILLed just before drops out of the listing once
+    the cluster stops listing it (its ZooKeeper session expires), instead of being retried until
+    the client's timeout: that stalled a micro-batch's commit for 120 s."""
+    from spark_connector.txn_client import TxnClient
+
+    cluster.ensure_all_running()
+    topic = cluster.create_topic("txn-list", 3, replication_factor=3)
+    txn_id = "txn-list-dead-broker"
+    producer = Producer(
+        cluster.conf({"transactional.id": txn_id, "transaction.timeout.ms": 300000})
+    )
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(topic, key=b"k", value=b"open", partition=0)
+    assert producer.flush(30) == 0
+    coordinator = cluster.describe("__transaction_state")[partition_for(txn_id, TXN_PARTITIONS)][0]
+    victim = next(b for b in cluster.broker_ids() if b != coordinator)
+    kill_pid(cluster.broker_pid(victim))
+    try:
+        started = time.monotonic()
+        with TxnClient(cluster.bootstrap, timeout_s=120) as client:
+            listed = client.list_ongoing("txn-list-")
+        took = time.monotonic() - started
+        assert listed == [txn_id]
+        assert took < 60, f"listing the open transactions took {took:.0f}s with a broker down"
+    finally:
+        cluster.stop_broker(hard=True, broker_id=victim)  # records it as stopped
+        producer.abort_transaction(60)
+        cluster.start_broker(victim)
+    cluster.wait_isr_complete(topic, 90)
