@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
+import os
 from typing import Any
 
 log = logging.getLogger("millrace.jobs.topic_to_delta")
@@ -71,9 +72,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def app_id_for(table: str) -> str:
-    """A stable Delta ``txnAppId`` for a table path (the same on every restart)."""
-    return "millrace-topic-to-delta-" + hashlib.sha256(table.encode()).hexdigest()[:16]
+def app_id_for(table: str, checkpoint: str = "") -> str:
+    """A stable Delta ``txnAppId`` for this query: the resolved table and checkpoint paths (the
+    same on every restart; another spelling of the same paths gives the same id; a new
+    checkpoint, whose batch ids start again at 0, gives a new id, so Delta does not skip its
+    batches as written)."""
+    key = f"{os.path.realpath(table)}\n{os.path.realpath(checkpoint)}"
+    return "millrace-topic-to-delta-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def merge_latest(batch: Any, batch_id: int, table: str, app_id: str) -> None:
@@ -135,7 +140,7 @@ def build_query(spark: Any, args: argparse.Namespace) -> Any:
             "value", F.col("value").cast("string")
         )
     table = args.table
-    app_id = args.app_id or app_id_for(table)
+    app_id = args.app_id or app_id_for(table, args.checkpoint)
 
     def write_batch(batch: Any, batch_id: int) -> None:
         # Delta records (txnAppId, txnVersion) in the same commit as the data and skips a
@@ -186,7 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     error = query.exception()
     if error is not None:
         raise RuntimeError(f"topic_to_delta query failed: {error}")
-    rows = int(spark.read.format("delta").load(args.table).count())
+    from delta.tables import DeltaTable
+
+    rows = (
+        int(spark.read.format("delta").load(args.table).count())
+        if DeltaTable.isDeltaTable(spark, args.table)
+        else 0  # nothing to land yet: no table
+    )
     log.info("topic_to_delta: %d rows in %s (%s)", rows, args.table, query.lastProgress)
     return rows
 
