@@ -36,10 +36,11 @@ $(JVM_STAMP): jvm/pom.xml jvm/kafka-dist/pom.xml jvm/spark-kafka/pom.xml jvm/del
 	@touch $(JVM_STAMP)
 
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider -m "not long" tests
 
-# The fault-injection tests (marker fault) with longer runs: more seeded SIGKILLs of a broker in
-# the middle of log cleaning (MILLRACE_COMPACTION_KILLS); about 30 minutes.
+# The fault-injection tests (marker fault), the long ones (marker long) included, with longer
+# runs: more seeded SIGKILLs of a broker in the middle of log cleaning
+# (MILLRACE_COMPACTION_KILLS); about 30 minutes.
 fault: setup
 	MILLRACE_COMPACTION_KILLS=60 $(PY) -m pytest -q -p no:cacheprovider -m fault tests
 

@@ -503,6 +503,7 @@ def test_driver_killed_mid_batch_then_restarted_lands_every_record_once(
         probe.close()
 
 
+@pytest.mark.long
 def test_python_workers_killed_mid_write_are_retried_and_land_every_record_once(
     spark: Any, cluster: Any, jobs: Callable[..., Job]
 ) -> None:
@@ -571,6 +572,7 @@ def _latest(records: list[Record]) -> list[Record]:
     return [r for r in latest.values() if r[4] is not None]
 
 
+@pytest.mark.long
 def test_merge_mode_keeps_the_latest_live_record_per_key_through_a_driver_kill(
     spark: Any, cluster: Any, jobs: Callable[..., Job]
 ) -> None:

@@ -830,6 +830,7 @@ def _event_log(directory: Path) -> list[dict[str, Any]]:
     return events
 
 
+@pytest.mark.long
 def test_speculative_duplicate_tasks(
     pipeline: Callable[..., Pipeline], standalone: Standalone
 ) -> None:
@@ -899,7 +900,14 @@ def test_speculative_duplicate_tasks(
     )
 
 
-@pytest.mark.parametrize("when", ["before", "during", "after"])
+@pytest.mark.parametrize(
+    "when",
+    [
+        pytest.param("before", marks=pytest.mark.long),
+        "during",
+        pytest.param("after", marks=pytest.mark.long),
+    ],
+)
 def test_driver_killed(pipeline: Callable[..., Pipeline], when: str) -> None:
     p = pipeline(f"driver-{when}")
     n = FAULT_BATCH
@@ -982,6 +990,7 @@ def test_driver_killed(pipeline: Callable[..., Pipeline], when: str) -> None:
     p.verify(f"driver killed {when} the commit", "; ".join(evidence))
 
 
+@pytest.mark.long
 def test_broker_killed_mid_batch(pipeline: Callable[..., Pipeline]) -> None:
     p = pipeline("broker-killed")
     cluster = p.cluster
@@ -1021,6 +1030,7 @@ def kill_broker(cluster: Any, broker_id: int) -> None:
     cluster.stop_broker(hard=True, broker_id=broker_id)
 
 
+@pytest.mark.long
 def test_coordinator_killed_during_commit(pipeline: Callable[..., Pipeline]) -> None:
     p = pipeline("coordinator-killed")
     cluster = p.cluster
