@@ -1,0 +1,29 @@
+"""Type stub of the C extension ``_native_records.c`` (see ``record_batches.PyColumns``)."""
+
+from spark_connector.record_batches import Taken
+
+class Columns:
+    """Kafka v2 records decoded into Arrow column buffers. One thread at a time."""
+
+    def __init__(self, with_headers: bool) -> None: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def data_bytes(self) -> int: ...
+    @property
+    def with_headers(self) -> bool: ...
+    def add(
+        self,
+        records: bytes | bytearray | memoryview,
+        count: int,
+        base_offset: int,
+        base_timestamp: int,
+        max_timestamp: int,
+        log_append_time: bool,
+        from_offset: int,
+        until_offset: int,
+        /,
+    ) -> int: ...
+    def take(self) -> Taken: ...
+
+def _set_error_class(cls: type[Exception], /) -> None: ...

@@ -1,0 +1,704 @@
+"""Kafka v2 record batches, decoded straight into Arrow column buffers (the fetch reader's hot
+loop), with a pure-Python reference beside the C decoder in ``_native_records.c``.
+
+Theory of operation. A Fetch response's ``records`` blob is a concatenation of record batches
+(message format v2, KIP-98), the last of which Kafka may truncate. ``iter_batches`` walks the
+61-byte batch headers; ``records_section`` hands back a batch's records bytes, decompressed
+(codecs 1 gzip, 2 snappy, 3 lz4, 4 zstd; bounded by ``max_bytes``); a column builder's
+``add`` decodes those records, keeping the ones whose offset is in the task's range, into
+growable buffers already in Arrow's layout; ``take`` copies them out as ``bytes`` and
+``to_record_batch`` wraps them, without copying, as a ``pa.RecordBatch`` in Spark's Kafka
+schema. CRCs are not checked (as librdkafka's default ``check.crcs=false``).
+
+Batch layout (big-endian, offsets in bytes)::
+
+    0 baseOffset int64        8 batchLength int32      12 partitionLeaderEpoch int32
+   16 magic int8             17 crc uint32            21 attributes int16
+   23 lastOffsetDelta int32  27 baseTimestamp int64   35 maxTimestamp int64
+   43 producerId int64       51 producerEpoch int16   53 baseSequence int32
+   57 recordCount int32      61 records...
+
+Record layout (varints are zigzag; ``varint`` is 32-bit, at most 5 bytes; ``varlong`` 64-bit,
+at most 10 bytes)::
+
+    length varint, attributes int8, timestampDelta varlong, offsetDelta varint,
+    keyLength varint (-1 null), key, valueLength varint (-1 null), value,
+    headerCount varint, then per header: keyLength varint (never null), UTF-8 key,
+    valueLength varint (-1 null), value
+
+Strictness (the native and the Python decoder agree byte for byte, errors included): a
+record whose fields do not end exactly at its length, a length below -1, a negative header
+count or header key length, a header key that is not UTF-8 (checked only when headers are
+kept), an offset or a microsecond timestamp outside int64, or bytes left after
+``recordCount`` records raise ``CorruptRecords``; every record of the batch is checked, kept
+or not. A failed ``add`` leaves the builder as it was. More than 2**31-1 bytes in one binary
+column (or headers in the header column) raises ``OverflowError``: take() before that (the
+caller watches ``data_bytes``).
+
+Concurrency: the functions are pure. A column builder belongs to one thread at a time (the
+native one releases the GIL while decoding and refuses a second concurrent call with
+``RuntimeError``).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import sys
+import zlib
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from spark_connector._native_records import Columns
+
+log = logging.getLogger(__name__)
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_LENGTH = struct.Struct(">qi")
+_I32 = struct.Struct(">i")
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = 16  # magic + int32 version + int32 compatible version
+_ZSTD_INPUT_CHUNK = 4096  # bounds how far one decompress() call can overshoot max_bytes
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+_INT32_MAX = (1 << 31) - 1
+
+Taken = tuple[
+    int,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes,
+    bytes | None,
+    bytes | None,
+    bytes | None,
+    bytes | None,
+    bytes | None,
+    bytes | None,
+    bytes | None,
+]
+"""What a column builder's ``take()`` returns: ``(rows, offsets, timestamps_us,
+timestamp_types, key_validity, key_offsets, key_data, value_validity, value_offsets,
+value_data, header_validity, header_list_offsets, header_key_offsets, header_key_data,
+header_value_validity, header_value_offsets, header_value_data)``, each buffer in Arrow's
+little-endian layout (the seven header buffers ``None`` without headers)."""
+
+
+class UnsupportedMessageFormat(ValueError):
+    """A batch in the pre-0.11 message formats (magic 0 or 1)."""
+
+
+class CorruptRecords(ValueError):
+    """Record batch framing or records that cannot be decoded."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One v2 batch header; ``start`` and ``end`` are its absolute bounds in the buffer."""
+
+    base_offset: int
+    last_offset_delta: int
+    attributes: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    record_count: int
+    start: int
+    end: int
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & 7
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.attributes & 8)
+
+    @property
+    def transactional(self) -> bool:
+        return bool(self.attributes & 16)
+
+    @property
+    def control(self) -> bool:
+        return bool(self.attributes & 32)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+
+def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[Batch]:
+    """The complete batches of a Fetch response's ``records`` blob, in order.
+
+    Stops silently at a trailing partial batch (Kafka truncates a fetch's last batch).
+    Raises ``UnsupportedMessageFormat`` for magic 0/1 and ``CorruptRecords`` for a batch
+    length below 49.
+    """
+    n = len(buf)
+    pos = 0
+    while n - pos >= LOG_OVERHEAD:
+        _, batch_length = _LENGTH.unpack_from(buf, pos)
+        if n - pos < 17:
+            return
+        magic = buf[pos + 16]
+        if magic != 2:
+            raise UnsupportedMessageFormat(
+                f"record batch at byte {pos} has message format v{magic}: the fetch reader "
+                "needs message format v2 (Kafka 0.11+); option fetcher=librdkafka reads "
+                "older formats"
+            )
+        if batch_length < MIN_BATCH_LENGTH:
+            raise CorruptRecords(f"record batch at byte {pos} has length {batch_length} < 49")
+        end = pos + LOG_OVERHEAD + batch_length
+        if end > n:
+            return
+        (
+            base_offset,
+            _,
+            _,
+            _,
+            _,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            _,
+            record_count,
+        ) = _HEADER.unpack_from(buf, pos)
+        yield Batch(
+            base_offset,
+            last_offset_delta,
+            attributes,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            record_count,
+            pos,
+            end,
+        )
+        pos = end
+
+
+def records_section(
+    buf: bytes | bytearray | memoryview, batch: Batch, max_bytes: int = 1 << 30
+) -> bytes | memoryview:
+    """The batch's records bytes, decompressed (a zero-copy slice when uncompressed).
+
+    Raises ``CorruptRecords`` for an unknown codec, undecodable or truncated compressed
+    data, or more than ``max_bytes`` of decompressed output.
+    """
+    raw = memoryview(buf)[batch.start + HEADER_SIZE : batch.end]
+    codec = batch.compression
+    if codec == 0:
+        return raw
+    try:
+        if codec == 1:
+            return _gunzip(raw, max_bytes)
+        if codec == 2:
+            return _unsnappy(raw, max_bytes)
+        if codec == 3:
+            return _unlz4(raw, max_bytes)
+        if codec == 4:
+            return _unzstd(raw, max_bytes)
+    except CorruptRecords:
+        raise
+    except Exception as exc:
+        raise CorruptRecords(
+            f"cannot decompress the batch at byte {batch.start} (codec {codec}): {exc}"
+        ) from exc
+    raise CorruptRecords(f"record batch at byte {batch.start} has unknown codec {codec}")
+
+
+def _too_big(max_bytes: int) -> CorruptRecords:
+    return CorruptRecords(f"decompressed record batch exceeds {max_bytes} bytes")
+
+
+def _gunzip(data: memoryview, max_bytes: int) -> bytes:
+    out = bytearray()
+    rest: bytes | memoryview = data
+    while True:  # concatenated gzip members, as Java's GZIPInputStream reads them
+        d = zlib.decompressobj(wbits=47)
+        out += d.decompress(rest, max_bytes + 1 - len(out))
+        if len(out) > max_bytes:
+            raise _too_big(max_bytes)
+        if not d.eof:
+            raise CorruptRecords("truncated gzip data")
+        rest = d.unused_data
+        if not rest:
+            return bytes(out)
+
+
+def _snappy_length(block: bytes | memoryview) -> int:
+    result = shift = 0
+    for b in bytes(block[:5]):
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result
+        shift += 7
+    raise CorruptRecords("bad snappy length preamble")
+
+
+def _unsnappy_block(block: bytes | memoryview, max_bytes: int) -> bytes:
+    import cramjam
+
+    if _snappy_length(block) > max_bytes:
+        raise _too_big(max_bytes)
+    return bytes(cramjam.snappy.decompress_raw(bytes(block)))
+
+
+def _unsnappy(data: memoryview, max_bytes: int) -> bytes:
+    if data[: len(_XERIAL_MAGIC)] != _XERIAL_MAGIC:
+        return _unsnappy_block(data, max_bytes)
+    pos = _XERIAL_HEADER
+    parts: list[bytes] = []
+    total = 0
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise CorruptRecords("truncated xerial snappy block length")
+        (n,) = _I32.unpack_from(data, pos)
+        pos += 4
+        if n < 0 or pos + n > len(data):
+            raise CorruptRecords("bad xerial snappy block length")
+        part = _unsnappy_block(data[pos : pos + n], max_bytes - total)
+        total += len(part)
+        parts.append(part)
+        pos += n
+    return b"".join(parts)
+
+
+def _unlz4(data: memoryview, max_bytes: int) -> bytes:
+    import lz4.frame
+
+    out = bytearray()
+    rest: bytes | memoryview = data
+    while True:  # concatenated frames
+        d = lz4.frame.LZ4FrameDecompressor()
+        out += d.decompress(rest, max_length=max_bytes + 1 - len(out))
+        if len(out) > max_bytes:
+            raise _too_big(max_bytes)
+        if not d.eof:
+            raise CorruptRecords("truncated lz4 frame")
+        rest = d.unused_data
+        if not rest:
+            return bytes(out)
+
+
+def _unzstd(data: memoryview, max_bytes: int) -> bytes:
+    import zstandard
+
+    out = bytearray()
+    rest: bytes | memoryview = data
+    while True:  # concatenated frames; a frame need not declare its content size
+        d = zstandard.ZstdDecompressor().decompressobj()
+        pos = 0
+        while not d.eof and pos < len(rest):
+            out += d.decompress(rest[pos : pos + _ZSTD_INPUT_CHUNK])
+            pos += _ZSTD_INPUT_CHUNK
+            if len(out) > max_bytes:
+                raise _too_big(max_bytes)
+        if not d.eof:
+            raise CorruptRecords("truncated zstd frame")
+        rest = d.unused_data + bytes(rest[pos:])
+        if not rest:
+            return bytes(out)
+
+
+def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    """A zigzag varint (32-bit: at most 5 bytes, raw value below 2**32) at ``pos``."""
+    raw = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            raise CorruptRecords("truncated varint")
+        b = data[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift == 35:
+            raise CorruptRecords("varint longer than 5 bytes")
+    if raw > 0xFFFFFFFF:
+        raise CorruptRecords("varint out of range")
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def _varlong(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    """A zigzag varlong (at most 10 bytes, raw value below 2**64) at ``pos``."""
+    raw = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            raise CorruptRecords("truncated varlong")
+        b = data[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift == 70:
+            raise CorruptRecords("varlong longer than 10 bytes")
+    if raw > 0xFFFFFFFFFFFFFFFF:
+        raise CorruptRecords("varlong out of range")
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def is_abort_marker(records: bytes | memoryview) -> bool:
+    """Whether a control batch's records (its first record's key: int16 version, int16
+    type) mark an ABORT (type 0) rather than a COMMIT (type 1)."""
+    data = bytes(records)
+    end = len(data)
+    length, pos = _varint(data, 0, end)
+    if length < 0 or pos + length > end:
+        raise CorruptRecords("control record runs past the end of its batch")
+    end = pos + length
+    if pos >= end:
+        raise CorruptRecords("truncated control record")
+    pos += 1  # attributes
+    _, pos = _varlong(data, pos, end)
+    _, pos = _varint(data, pos, end)
+    key_length, pos = _varint(data, pos, end)
+    if key_length < 4 or pos + key_length > end:
+        raise CorruptRecords(f"control record key of {key_length} bytes (needs 4)")
+    (control_type,) = struct.unpack_from(">h", data, pos + 2)
+    return bool(control_type == 0)
+
+
+def _bitmap(bits: list[bool]) -> bytes:
+    """An Arrow validity bitmap (LSB first, unused bits zero)."""
+    n = len(bits)
+    out = bytearray((n + 7) // 8)
+    if all(bits):
+        out[: n // 8] = b"\xff" * (n // 8)
+        if n % 8:
+            out[n // 8] = (1 << (n % 8)) - 1
+        return bytes(out)
+    for i, bit in enumerate(bits):
+        if bit:
+            out[i >> 3] |= 1 << (i & 7)
+    return bytes(out)
+
+
+def _le(a: array[int]) -> bytes:
+    if sys.byteorder == "big":
+        a = array(a.typecode, a)
+        a.byteswap()
+    return a.tobytes()
+
+
+def _binary(items: list[bytes | None]) -> tuple[bytes, bytes, bytes]:
+    """(validity, int32 offsets, data) of a binary column."""
+    offsets = array("i", [0])
+    pos = 0
+    for item in items:
+        if item is not None:
+            pos += len(item)
+        offsets.append(pos)
+    data = b"".join([item for item in items if item is not None])
+    return _bitmap([item is not None for item in items]), _le(offsets), data
+
+
+class PyColumns:
+    """The pure-Python column builder: the reference for (and fallback to) the native
+    ``Columns``, whose ``take()`` it matches byte for byte.
+
+    Holds decoded rows (keys, values, offsets, timestamps in microseconds, timestamp types
+    and, ``with_headers``, header lists) until ``take()``. Concurrency: one thread at a time.
+    """
+
+    def __init__(self, with_headers: bool) -> None:
+        self.with_headers = with_headers
+        self._reset()
+
+    def _reset(self) -> None:
+        self.data_bytes = 0
+        self._offsets = array("q")
+        self._timestamps = array("q")
+        self._types = array("i")
+        self._keys: list[bytes | None] = []
+        self._values: list[bytes | None] = []
+        self._headers: list[list[tuple[bytes, bytes | None]]] = []
+        self._key_bytes = 0
+        self._value_bytes = 0
+        self._header_count = 0
+        self._header_key_bytes = 0
+        self._header_value_bytes = 0
+
+    @property
+    def rows(self) -> int:
+        return len(self._offsets)
+
+    def add(
+        self,
+        records: bytes | bytearray | memoryview,
+        count: int,
+        base_offset: int,
+        base_timestamp: int,
+        max_timestamp: int,
+        log_append_time: bool,
+        from_offset: int,
+        until_offset: int,
+    ) -> int:
+        """Decode ``count`` records from the (uncompressed) records bytes, keeping those
+        whose offset is in ``[from_offset, until_offset)``; returns how many it kept."""
+        data = records if isinstance(records, bytes) else bytes(records)
+        end = len(data)
+        if count < 0:
+            raise CorruptRecords(f"negative record count {count}")
+        with_headers = self.with_headers
+        ts_type = 1 if log_append_time else 0
+        offsets: list[int] = []
+        timestamps: list[int] = []
+        keys: list[bytes | None] = []
+        values: list[bytes | None] = []
+        headers: list[list[tuple[bytes, bytes | None]]] = []
+        key_bytes = self._key_bytes
+        value_bytes = self._value_bytes
+        header_count = self._header_count
+        header_key_bytes = self._header_key_bytes
+        header_value_bytes = self._header_value_bytes
+        data_bytes = self.data_bytes
+        pos = 0
+        for _ in range(count):
+            length, pos = _varint(data, pos, end)
+            if length < 0 or length > end - pos:
+                raise CorruptRecords("record runs past the end of its batch")
+            rend = pos + length
+            if pos >= rend:
+                raise CorruptRecords("truncated record")
+            pos += 1  # attributes
+            ts_delta, pos = _varlong(data, pos, rend)
+            offset_delta, pos = _varint(data, pos, rend)
+            offset = base_offset + offset_delta
+            ts_ms = max_timestamp if log_append_time else base_timestamp + ts_delta
+            if not _INT64_MIN <= offset <= _INT64_MAX:
+                raise CorruptRecords("record offset out of range")
+            if not _INT64_MIN <= ts_ms * 1000 <= _INT64_MAX:
+                raise CorruptRecords("record timestamp out of range")
+            keep = from_offset <= offset < until_offset
+            key, pos = _field(data, pos, rend)
+            value, pos = _field(data, pos, rend)
+            n_headers, pos = _varint(data, pos, rend)
+            if n_headers < 0:
+                raise CorruptRecords(f"negative header count {n_headers}")
+            row_headers: list[tuple[bytes, bytes | None]] = []
+            for _h in range(n_headers):
+                hk_len, pos = _varint(data, pos, rend)
+                if hk_len < 0 or hk_len > rend - pos:
+                    raise CorruptRecords(f"bad header key length {hk_len}")
+                if not with_headers:  # skipped, not copied
+                    pos += hk_len
+                    hv_len, pos = _varint(data, pos, rend)
+                    if hv_len < -1 or hv_len > rend - pos:
+                        raise CorruptRecords(f"bad record field length {hv_len}")
+                    pos += max(hv_len, 0)
+                    continue
+                hkey = data[pos : pos + hk_len]
+                pos += hk_len
+                hvalue, pos = _field(data, pos, rend)
+                try:
+                    hkey.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise CorruptRecords("header key is not UTF-8") from None
+                if keep:
+                    row_headers.append((hkey, hvalue))
+            if pos != rend:
+                raise CorruptRecords("record length does not match its fields")
+            if not keep:
+                continue
+            n_key = 0 if key is None else len(key)
+            n_value = 0 if value is None else len(value)
+            key_bytes += n_key
+            value_bytes += n_value
+            data_bytes += n_key + n_value
+            if with_headers:
+                header_count += len(row_headers)
+                for hkey, hvalue in row_headers:
+                    n_hvalue = 0 if hvalue is None else len(hvalue)
+                    header_key_bytes += len(hkey)
+                    header_value_bytes += n_hvalue
+                    data_bytes += len(hkey) + n_hvalue
+                headers.append(row_headers)
+            if max(key_bytes, value_bytes, header_count, header_key_bytes, header_value_bytes) > (
+                _INT32_MAX
+            ):
+                raise OverflowError("a column passed 2**31-1 bytes: take() sooner")
+            offsets.append(offset)
+            timestamps.append(ts_ms * 1000)
+            keys.append(key)
+            values.append(value)
+        if pos != end:
+            raise CorruptRecords(f"{end - pos} bytes after the batch's last record")
+        self._offsets.extend(offsets)
+        self._timestamps.extend(timestamps)
+        self._types.extend([ts_type] * len(offsets))
+        self._keys += keys
+        self._values += values
+        self._headers += headers
+        self._key_bytes = key_bytes
+        self._value_bytes = value_bytes
+        self._header_count = header_count
+        self._header_key_bytes = header_key_bytes
+        self._header_value_bytes = header_value_bytes
+        self.data_bytes = data_bytes
+        return len(offsets)
+
+    def take(self) -> Taken:
+        """The held rows as Arrow buffers (see ``Taken``); empties the builder."""
+        rows = self.rows
+        key_validity, key_offsets, key_data = _binary(self._keys)
+        value_validity, value_offsets, value_data = _binary(self._values)
+        header_parts: tuple[bytes | None, ...] = (None,) * 7
+        if self.with_headers:
+            list_offsets = array("i", [0])
+            n = 0
+            flat_keys: list[bytes | None] = []
+            flat_values: list[bytes | None] = []
+            for row in self._headers:
+                n += len(row)
+                list_offsets.append(n)
+                for hkey, hvalue in row:
+                    flat_keys.append(hkey)
+                    flat_values.append(hvalue)
+            _, hk_offsets, hk_data = _binary(flat_keys)
+            hv_validity, hv_offsets, hv_data = _binary(flat_values)
+            header_parts = (
+                _bitmap([bool(row) for row in self._headers]),
+                _le(list_offsets),
+                hk_offsets,
+                hk_data,
+                hv_validity,
+                hv_offsets,
+                hv_data,
+            )
+        out = (
+            rows,
+            _le(self._offsets),
+            _le(self._timestamps),
+            _le(self._types),
+            key_validity,
+            key_offsets,
+            key_data,
+            value_validity,
+            value_offsets,
+            value_data,
+            *header_parts,
+        )
+        self._reset()
+        return out  # type: ignore[return-value]
+
+
+def _field(data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
+    n, pos = _varint(data, pos, end)
+    if n == -1:
+        return None, pos
+    if n < -1 or n > end - pos:
+        raise CorruptRecords(f"bad record field length {n}")
+    return data[pos : pos + n], pos + n
+
+
+def to_record_batch(taken: Taken, schema: pa.Schema, topic: str, partition: int) -> pa.RecordBatch:
+    """Wrap a builder's ``take()`` (zero copy) as a RecordBatch in ``schema``: Spark's Kafka
+    columns key, value, topic, partition, offset, timestamp, timestampType and, when the
+    builder kept them, headers (``list<struct<key: string, value: binary>>``)."""
+    (
+        rows,
+        offsets,
+        timestamps,
+        types,
+        key_validity,
+        key_offsets,
+        key_data,
+        value_validity,
+        value_offsets,
+        value_data,
+        *header_parts,
+    ) = taken
+    buf = pa.py_buffer
+
+    def field_type(name: str) -> pa.DataType:
+        return schema.field(name).type
+
+    arrays: list[pa.Array] = [
+        pa.Array.from_buffers(
+            field_type("key"), rows, [buf(key_validity), buf(key_offsets), buf(key_data)]
+        ),
+        pa.Array.from_buffers(
+            field_type("value"), rows, [buf(value_validity), buf(value_offsets), buf(value_data)]
+        ),
+        pa.repeat(pa.scalar(topic, field_type("topic")), rows),
+        pa.repeat(pa.scalar(partition, field_type("partition")), rows),
+        pa.Array.from_buffers(field_type("offset"), rows, [None, buf(offsets)]),
+        pa.Array.from_buffers(field_type("timestamp"), rows, [None, buf(timestamps)]),
+        pa.Array.from_buffers(field_type("timestampType"), rows, [None, buf(types)]),
+    ]
+    if "headers" in schema.names:
+        parts: list[Any] = header_parts
+        if parts[0] is None:
+            raise ValueError("the schema has headers but the builder was made without them")
+        validity, list_offsets, hk_offsets, hk_data, hv_validity, hv_offsets, hv_data = parts
+        list_type = field_type("headers")
+        struct_type = list_type.value_type
+        n_headers = (len(hk_offsets) // 4) - 1
+        hkeys = pa.Array.from_buffers(
+            struct_type[0].type, n_headers, [None, buf(hk_offsets), buf(hk_data)]
+        )
+        hvalues = pa.Array.from_buffers(
+            struct_type[1].type, n_headers, [buf(hv_validity), buf(hv_offsets), buf(hv_data)]
+        )
+        entries = pa.Array.from_buffers(struct_type, n_headers, [None], children=[hkeys, hvalues])
+        arrays.append(
+            pa.Array.from_buffers(
+                list_type, rows, [buf(validity), buf(list_offsets)], children=[entries]
+            )
+        )
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+try:
+    from spark_connector import _native_records
+except ImportError:
+    NATIVE = False
+else:
+    NATIVE = True
+    _native_records._set_error_class(CorruptRecords)
+
+_warned = False
+
+
+def new_columns(with_headers: bool) -> PyColumns | Columns:
+    """A column builder: the native ``Columns`` when the extension is built, else
+    ``PyColumns`` (logging once that reads will be slower)."""
+    global _warned
+    if NATIVE:
+        return _native_records.Columns(with_headers)
+    if not _warned:
+        _warned = True
+        log.warning(
+            "the native record decoder (spark_connector._native_records) is not built: "
+            "fetch reads decode records in Python, several times slower "
+            "(pip install -e . with a C compiler builds it)"
+        )
+    return PyColumns(with_headers)
