@@ -14,7 +14,8 @@ KAFKA_CLIENTS_3 := 3.9.1
 
 setup: $(STAMP) $(JVM_STAMP)
 
-$(STAMP): pyproject.toml
+# The editable install also compiles the reader's record decoder (setup.py, a C extension).
+$(STAMP): pyproject.toml setup.py spark_connector/_native_records.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat

@@ -287,6 +287,14 @@ class Bench:
                             {"rows/s": n / seconds, "seconds": seconds},
                             use,
                         )
+                    seconds, use = metered(s, spark_workload.ceiling, spark, n)
+                    self.record(
+                        "5",
+                        "ceiling: count of an in-memory Arrow Python source (no broker)",
+                        s,
+                        {"rows/s": n / seconds, "seconds": seconds},
+                        use,
+                    )
                     out = self.topic(s, "w5-eos-out")
                     s.create_topic(out, 2, 1)
                     seconds, use = metered(

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
 from bench.basics import progress
 from bench.common import ROOT
 
@@ -161,3 +163,72 @@ def write_exactly_once(spark: Any, bootstrap: str, topic: str, n: int) -> float:
             .save()
         ),
     )
+
+
+class _ArrowSourceReader(DataSourceReader):
+    """Yields ``rows`` rows in ``format("millrace")``'s schema, the same 10,000-row Arrow
+    batch (100-byte values) again and again, split over two tasks: what Spark ingests from a
+    Python data source when fetching and decoding cost nothing."""
+
+    def __init__(self, schema: Any, rows: int) -> None:
+        self.schema = schema
+        self.rows = rows
+
+    def partitions(self) -> list[Any]:
+        return [InputPartition(0), InputPartition(1)]
+
+    def read(self, partition: Any) -> Any:
+        import pyarrow as pa
+
+        from spark_connector.reader import arrow_schema
+
+        schema = arrow_schema(self.schema)
+        size = 10_000
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.nulls(size, pa.binary()),
+                pa.array([b"x" * 100] * size, pa.binary()),
+                pa.repeat(pa.scalar("t"), size),
+                pa.repeat(pa.scalar(0, pa.int32()), size),
+                pa.array(range(size), pa.int64()),
+                pa.array([1_700_000_000_000_000] * size, pa.timestamp("us", tz="UTC")),
+                pa.array([0] * size, pa.int32()),
+            ],
+            schema=schema,
+        )
+        share = self.rows // 2 + (self.rows % 2 if partition.value == 0 else 0)
+        while share >= size:
+            yield batch
+            share -= size
+        if share:
+            yield batch.slice(0, share)
+
+
+class _ArrowSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "millrace-bench-arrow"
+
+    def schema(self) -> str:
+        from spark_connector.datasource import KAFKA_SCHEMA_DDL
+
+        return KAFKA_SCHEMA_DDL
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _ArrowSourceReader(schema, int(self.options["rows"]))
+
+
+def ceiling(spark: Any, n: int) -> float:
+    """Seconds for ``count()`` of ``n`` rows from an in-memory Arrow Python data source: the
+    ceiling of any Python connector's read on this machine (no broker, no decoding)."""
+    spark.dataSource.register(_ArrowSource)
+    got: list[int] = []
+    seconds = _timed(
+        "in-memory Arrow source count",
+        lambda: got.append(
+            spark.read.format("millrace-bench-arrow").option("rows", n).load().count()
+        ),
+    )
+    if got[0] != n:
+        raise SystemExit(f"the in-memory Arrow source counted {got[0]}, expected {n}")
+    return seconds

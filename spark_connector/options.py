@@ -27,6 +27,12 @@ format name:
   compacted topic, its latest record (see :func:`spark_connector.reader.latest_per_key`);
   with the default positions each task reads its partition as it is when the task runs, so
   a stream-static join sees the table's current values in every micro-batch.
+* ``fetcher``: how a reading task fetches records. ``auto`` (default): ``direct`` unless a
+  ``kafka.security.protocol`` other than ``PLAINTEXT`` or a ``kafka.sasl.*`` / ``kafka.ssl.*``
+  option is set, then ``librdkafka``. ``direct``: the task fetches whole record batches from
+  the partition's leader and decodes them straight into Arrow columns
+  (:mod:`spark_connector.fetcher`; plaintext connections, message format v2). ``librdkafka``:
+  a confluent-kafka consumer per task (every security setting librdkafka has).
 
 Spark hands options over in a case-insensitive dict; names are matched case-insensitively.
 Every error is a ``ValueError`` whose message starts with the offending option's name.
@@ -106,6 +112,13 @@ class ReadOptions:
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
     group_id_prefix: str = "spark-millrace-source"
     read_as_table: bool = False
+    fetcher: str = "auto"
+
+    def uses_direct_fetch(self) -> bool:
+        """Whether tasks fetch record batches themselves (option ``fetcher``)."""
+        if self.fetcher != "auto":
+            return self.fetcher == "direct"
+        return not _needs_librdkafka(self.kafka_params)
 
     def client_config(self, **extra: object) -> dict[str, object]:
         """A confluent-kafka config: the ``kafka.*`` pass-through plus ``extra``.
@@ -122,6 +135,13 @@ class ReadOptions:
         conf["enable.auto.commit"] = False
         conf.update(extra)
         return conf
+
+
+def _needs_librdkafka(params: Mapping[str, str]) -> bool:
+    """Security settings only librdkafka implements (TLS, SASL)."""
+    if params.get("security.protocol", "plaintext").strip().lower() != "plaintext":
+        return True
+    return any(k.startswith(("sasl.", "ssl.")) for k in params)
 
 
 def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
@@ -385,6 +405,20 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
                     "be read by one task, so each partition is one task"
                 )
 
+    fetcher = opts.get("fetcher", "auto").strip().lower()
+    if fetcher not in ("auto", "direct", "librdkafka"):
+        raise ValueError(
+            "option 'fetcher' must be 'auto' (the default), 'direct' (tasks fetch record "
+            "batches and decode them into Arrow) or 'librdkafka' (a consumer per task), got "
+            f"{opts['fetcher']!r}"
+        )
+    if fetcher == "direct" and _needs_librdkafka(params):
+        raise ValueError(
+            "option 'fetcher': 'direct' connects in plaintext only; with the "
+            "kafka.security.protocol / kafka.sasl.* / kafka.ssl.* options set, use 'auto' or "
+            "'librdkafka'"
+        )
+
     return ReadOptions(
         bootstrap_servers=bootstrap,
         kafka_params=params,
@@ -405,6 +439,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         poll_timeout_ms=poll_timeout,
         group_id_prefix=prefix,
         read_as_table=read_as == "table",
+        fetcher=fetcher,
     )
 
 

@@ -7,14 +7,20 @@ the subscribed partitions and resolves the starting / ending positions to concre
 and the pure :func:`~spark_connector.planner.plan_ranges` cuts them into
 :class:`MillraceInputPartition`\\ s (one Spark task each).
 
-Reading happens on executors in :func:`read_range`: it creates its own confluent-kafka
-``Consumer`` inside ``read()`` (never pickled, used by that task's thread only, closed before
-returning), ``assign()``-s the exact start offset (no group membership, nothing committed),
-consumes until the range's ``until`` offset and yields ``pyarrow.RecordBatch``\\ es of at most
-:data:`ARROW_BATCH_ROWS` rows in the declared schema. Offsets may have gaps (compaction,
-transaction control records, aborted records under read_committed): the read ends when a
-record at or beyond ``until`` arrives, when the consumer's position reaches ``until``, or when
-the partition end (high watermark) is reached.
+Reading happens on executors in :func:`read_range`, with one of two fetchers (option
+``fetcher``). The default, *direct*: a :class:`~spark_connector.fetcher.PartitionFetcher`
+asks the partition's leader for whole record batches (Fetch, pipelined one request ahead)
+and :mod:`~spark_connector.record_batches` decodes them straight into Arrow column buffers
+(a C extension built by ``make setup``, with a pure-Python reference of the same output);
+read_committed is applied per batch from the response's aborted transactions, as Kafka's
+Java consumer does. The other, *librdkafka* (for TLS/SASL settings, or on request): a
+confluent-kafka ``Consumer`` created inside ``read()`` (never pickled, used by that task's
+thread only, closed before returning), ``assign()``-ed to the exact start offset. Either
+way nothing joins a group or commits, the read stops at the range's ``until`` offset, and
+``read()`` yields ``pyarrow.RecordBatch``\\ es of about :data:`ARROW_BATCH_ROWS` rows in the
+declared schema. Offsets may have gaps (compaction, transaction control records, aborted
+records under read_committed): the position moves past them; the read ends at ``until`` or
+at the partition's end.
 
 Data loss (Spark's ``failOnDataLoss``): records of the range that no longer exist (the log
 start offset moved past ``from`` because of retention or DeleteRecords, the log ends before
@@ -62,6 +68,11 @@ ARROW_BATCH_ROWS = 10_000
 """Rows per ``pyarrow.RecordBatch`` yielded by ``read()``."""
 CONSUME_CHUNK = 2_000
 """Messages asked of librdkafka per ``consume()`` call."""
+
+ARROW_BATCH_BYTES = 32 << 20
+"""A batch is also yielded once its keys and values hold this many bytes (direct fetch)."""
+DIRECT_FETCH_BYTES = 8 << 20
+"""``max.partition.fetch.bytes`` of a direct fetch (a ``kafka.*`` option overrides it)."""
 
 PREFETCH_MESSAGES = 1_000_000
 """At most this many records prefetched by a task's consumer (``queued.min.messages``)."""
@@ -169,23 +180,199 @@ class _Columns:
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def read_range(options: ReadOptions, r: OffsetRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``r`` as Arrow batches in ``schema``. Runs on an executor; the
-    consumer lives only inside this generator."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException
-    from confluent_kafka import TopicPartition as CKTopicPartition
-
-    # readAs=table with the default positions reads the partition as it is when the task
-    # runs (from its current start to its current end), so a stream-static join, which runs
-    # the static side again every micro-batch, sees the table's latest values
+def _live(options: ReadOptions) -> tuple[bool, bool]:
+    """readAs=table with the default positions reads the partition as it is when the task
+    runs (from its current start to its current end), so a stream-static join, which runs
+    the static side again every micro-batch, sees the table's latest values."""
     live_start = options.read_as_table and options.starting.kind is OffsetKind.EARLIEST
     live_end = (
         options.read_as_table
         and options.ending is not None
         and options.ending.kind is OffsetKind.LATEST
     )
+    return live_start, live_end
+
+
+def _bounds(options: ReadOptions, r: OffsetRange, low: int, high: int) -> tuple[int, int]:
+    """The offsets ``[start, until)`` a task reads of ``r``, given the log's current start
+    and end: records gone from either side are data loss (``failOnDataLoss``)."""
+    live_start, live_end = _live(options)
+    where = f"{r.topic}[{r.partition}]"
+    start = r.from_offset
+    if live_start:
+        start = low
+    elif low > start:
+        report_data_loss(
+            options,
+            f"{where}: offsets {start}..{min(low, r.until_offset) - 1} were requested but "
+            f"the log now starts at {low}",
+        )
+        start = low
+    if live_end:
+        until = high
+    else:
+        if high < r.until_offset:
+            report_data_loss(
+                options,
+                f"{where}: offsets up to {r.until_offset - 1} were requested but the log "
+                f"ends at {high}",
+            )
+        until = min(r.until_offset, high)
+    return start, until
+
+
+def read_range(options: ReadOptions, r: OffsetRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``r`` as Arrow batches in ``schema``. Runs on an executor; the
+    client it uses lives only inside this generator (option ``fetcher``)."""
+    _, live_end = _live(options)
     if r.size <= 0 and not live_end:
         return
+    if options.uses_direct_fetch():
+        yield from _read_direct(options, r, schema)
+    else:
+        yield from _read_with_consumer(options, r, schema)
+
+
+def _read_direct(
+    options: ReadOptions, r: OffsetRange, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """``read_range`` with :class:`~spark_connector.fetcher.PartitionFetcher`: whole record
+    batches from the leader, decoded into Arrow columns by
+    :mod:`~spark_connector.record_batches` (natively when built). The next Fetch is sent as
+    soon as a response's batch headers are scanned, before its records are decoded.
+
+    read_committed, as Kafka's Java consumer does it: a response's aborted transactions
+    (producer id, first offset) become active as the batches pass their first offsets; a
+    transactional batch of an active aborted producer is skipped, and that producer's ABORT
+    marker deactivates it. Control batches are never returned. Offsets skipped (control
+    batches, aborted or compacted records) still move the position to the batch's end."""
+    from spark_connector import fetcher as f
+    from spark_connector.record_batches import (
+        is_abort_marker,
+        iter_batches,
+        new_columns,
+        records_section,
+        to_record_batch,
+    )
+
+    params = options.client_config()
+    read_committed = str(params.get("isolation.level", "")).lower() == "read_committed"
+    timeout_s = options.poll_timeout_ms / 1000
+    where = f"{r.topic}[{r.partition}]"
+    kafka = options.kafka_params
+    max_wait = kafka.get("fetch.max.wait.ms", kafka.get("fetch.wait.max.ms", "100"))
+    with f.PartitionFetcher(
+        options.bootstrap_servers,
+        r.topic,
+        r.partition,
+        read_committed=read_committed,
+        client_id=kafka.get("client.id", "millrace-spark-reader"),
+        timeout_s=min(timeout_s, 30.0),
+        max_wait_ms=int(max_wait),
+        partition_max_bytes=int(kafka.get("max.partition.fetch.bytes", DIRECT_FETCH_BYTES)),
+    ) as fetcher:
+        low, high = fetcher.watermarks(time.monotonic() + timeout_s)
+        start, until = _bounds(options, r, low, high)
+        cols = new_columns("headers" in schema.names)
+        position = start
+        last_progress = time.monotonic()
+        backoff = 0.05
+        while position < until:
+            result = fetcher.fetch(position)
+            code = result.error_code
+            if code == f.OFFSET_OUT_OF_RANGE:
+                low, high = fetcher.watermarks(time.monotonic() + timeout_s)
+                if position < low:
+                    report_data_loss(
+                        options, f"{where}: offsets {position}..{min(low, until) - 1} are gone"
+                    )
+                    position = low
+                    continue
+                if position >= high:
+                    report_data_loss(
+                        options, f"{where}: log ended at {high} before the requested end {until}"
+                    )
+                    break
+            elif code != f.NONE and code not in f.RETRIABLE and code != f.CONNECTION_ERROR:
+                raise f.FetcherError(f"{where}: Fetch at offset {position}: {f.error_name(code)}")
+            records = result.records if code == f.NONE else None
+            batches = list(iter_batches(records)) if records is not None else []
+            if batches:
+                next_position = max(position, batches[-1].next_offset)
+                if next_position < until:
+                    fetcher.prefetch(next_position)
+            elif code == f.NONE:
+                log_end = result.last_stable_offset if read_committed else result.high_watermark
+                if records is not None and len(records) > 0:
+                    raise f.FetcherError(
+                        f"{where}: the record batch at offset {position} is larger than "
+                        "kafka.max.partition.fetch.bytes; raise that option"
+                    )
+                if 0 <= log_end <= position:
+                    report_data_loss(
+                        options, f"{where}: log ended at {log_end} before the requested end {until}"
+                    )
+                    break
+            aborted = sorted(result.aborted or (), key=lambda a: a[1]) if read_committed else []
+            next_abort = 0
+            aborted_producers: set[int] = set()
+            blob = records if records is not None else b""
+            for b in batches:
+                if b.next_offset <= position:
+                    continue
+                if b.base_offset >= until:
+                    break
+                if read_committed and b.producer_id >= 0:
+                    while next_abort < len(aborted) and aborted[next_abort][1] <= b.last_offset:
+                        aborted_producers.add(aborted[next_abort][0])
+                        next_abort += 1
+                    if b.control:
+                        if is_abort_marker(records_section(blob, b)):
+                            aborted_producers.discard(b.producer_id)
+                        continue
+                    if b.transactional and b.producer_id in aborted_producers:
+                        continue
+                if b.control:
+                    continue
+                cols.add(
+                    records_section(blob, b),
+                    b.record_count,
+                    b.base_offset,
+                    b.base_timestamp,
+                    b.max_timestamp,
+                    b.log_append_time,
+                    position,
+                    until,
+                )
+                if cols.rows >= ARROW_BATCH_ROWS or cols.data_bytes >= ARROW_BATCH_BYTES:
+                    yield to_record_batch(cols.take(), schema, r.topic, r.partition)
+            now = time.monotonic()
+            if batches and batches[-1].next_offset > position:
+                position = batches[-1].next_offset
+                last_progress = now
+                backoff = 0.05
+            else:
+                if now - last_progress > timeout_s:
+                    raise TimeoutError(
+                        f"{where}: no progress reading offsets {position}..{until - 1} for "
+                        f"{timeout_s:.0f}s (option 'kafkaConsumer.pollTimeoutMs'; last "
+                        f"answer: {f.error_name(code) if code else 'no records'})"
+                    )
+                if code != f.NONE:
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 1.0)
+        if cols.rows:
+            yield to_record_batch(cols.take(), schema, r.topic, r.partition)
+
+
+def _read_with_consumer(
+    options: ReadOptions, r: OffsetRange, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """``read_range`` through a confluent-kafka consumer (option ``fetcher=librdkafka``); the
+    consumer lives only inside this generator."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException
+    from confluent_kafka import TopicPartition as CKTopicPartition
+
     with_headers = "headers" in schema.names
     consumer = Consumer(
         {
@@ -205,26 +392,7 @@ def read_range(options: ReadOptions, r: OffsetRange, schema: pa.Schema) -> Itera
         low, high = consumer.get_watermark_offsets(
             CKTopicPartition(r.topic, r.partition), timeout=timeout_s, cached=False
         )
-        start = r.from_offset
-        if live_start:
-            start = low
-        elif low > start:
-            report_data_loss(
-                options,
-                f"{where}: offsets {start}..{min(low, r.until_offset) - 1} were requested but "
-                f"the log now starts at {low}",
-            )
-            start = low
-        if live_end:
-            until = high
-        else:
-            if high < r.until_offset:
-                report_data_loss(
-                    options,
-                    f"{where}: offsets up to {r.until_offset - 1} were requested but the log "
-                    f"ends at {high}",
-                )
-            until = min(r.until_offset, high)
+        start, until = _bounds(options, r, low, high)
         if start >= until:
             return
         consumer.assign([CKTopicPartition(r.topic, r.partition, start)])

@@ -24,15 +24,14 @@ Concurrency: one client per thread; it owns its sockets. Nothing here is pickled
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import io
-import socket
 import struct
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from spark_connector.wire import Connection, parse_bootstrap
 
 __all__ = ["OpenTransaction", "TxnClient", "TxnError", "parse_bootstrap"]
 
@@ -79,90 +78,6 @@ class OpenTransaction:
     producer_epoch: int
 
 
-def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
-    out: list[tuple[str, int]] = []
-    for raw in bootstrap.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        host, _, port = item.rpartition(":")
-        out.append((host.strip("[]") or "127.0.0.1", int(port)))
-    if not out:
-        raise ValueError(f"no broker address in {bootstrap!r}")
-    return out
-
-
-def _skip_tagged_fields(buf: bytes, pos: int) -> int:
-    def uvarint(p: int) -> tuple[int, int]:
-        result = shift = 0
-        while True:
-            b = buf[p]
-            p += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result, p
-            shift += 7
-
-    count, pos = uvarint(pos)
-    for _ in range(count):
-        _tag, pos = uvarint(pos)
-        size, pos = uvarint(pos)
-        pos += size
-    return pos
-
-
-class _Connection:
-    """One blocking connection: send a kio request, read its response."""
-
-    def __init__(self, host: str, port: int, timeout_s: float, client_id: str) -> None:
-        self.address = (host, port)
-        self._sock = socket.create_connection((host, port), timeout=timeout_s)
-        self._sock.settimeout(timeout_s)
-        self._client_id = client_id.encode()
-        self._correlation = 0
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.close()
-
-    def _recv_exact(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = self._sock.recv(n - len(out))
-            if not chunk:
-                raise ConnectionError(f"{self.address} closed the connection")
-            out += chunk
-        return bytes(out)
-
-    def request(self, entity: Any) -> Any:
-        from kio.index import load_response_schema
-        from kio.serial import entity_reader, entity_writer
-
-        self._correlation += 1
-        api_key, version = int(entity.__api_key__), int(entity.__version__)
-        header = (
-            struct.pack(">hhih", api_key, version, self._correlation, len(self._client_id))
-            + self._client_id
-        )
-        if entity.__flexible__:
-            header += b"\x00"
-        body = io.BytesIO()
-        entity_writer(type(entity))(body, entity)
-        payload = header + body.getvalue()
-        self._sock.sendall(struct.pack(">i", len(payload)) + payload)
-        (size,) = struct.unpack(">i", self._recv_exact(4))
-        frame = self._recv_exact(size)
-        (correlation,) = struct.unpack_from(">i", frame, 0)
-        if correlation != self._correlation:
-            raise ConnectionError(f"{self.address}: response out of order")
-        response_cls = load_response_schema(api_key, version)
-        pos = 4
-        if response_cls.__flexible__ and api_key != 18:
-            pos = _skip_tagged_fields(frame, pos)
-        value, _ = entity_reader(response_cls)(frame, pos)
-        return value
-
-
 def _code(error_code: Any) -> str:
     return getattr(error_code, "name", str(error_code))
 
@@ -176,7 +91,7 @@ class TxnClient:
         self._bootstrap = parse_bootstrap(bootstrap)
         self._timeout_s = timeout_s
         self._client_id = client_id
-        self._connections: dict[tuple[str, int], _Connection] = {}
+        self._connections: dict[tuple[str, int], Connection] = {}
         self._brokers: dict[int, tuple[str, int]] = {}
         self._coordinators: dict[tuple[int, str], tuple[str, int]] = {}
 
@@ -193,10 +108,10 @@ class TxnClient:
 
     # --- plumbing --------------------------------------------------------------------------
 
-    def _connection(self, address: tuple[str, int]) -> _Connection:
+    def _connection(self, address: tuple[str, int]) -> Connection:
         conn = self._connections.get(address)
         if conn is None:
-            conn = _Connection(address[0], address[1], min(self._timeout_s, 30.0), self._client_id)
+            conn = Connection(address[0], address[1], min(self._timeout_s, 30.0), self._client_id)
             self._connections[address] = conn
         return conn
 

@@ -270,7 +270,7 @@ def test_format_found_without_register(cluster: Any, topic: str) -> None:
     assert f"COUNT {PARTITIONS * PER_PARTITION}" in out.stdout, out.stderr[-3000:]
 
 
-# --- read_range against a scripted consumer: offset gaps and data loss (no Spark needed) ---
+# --- read_range (fetcher=librdkafka) against a scripted consumer: offset gaps and data loss ---
 
 
 class _FakeMsg:
@@ -371,7 +371,12 @@ def test_read_range_gaps_and_data_loss(
     monkeypatch.setattr(_ScriptedConsumer, "high", 11)
     monkeypatch.setattr(confluent_kafka, "Consumer", _ScriptedConsumer)
     options = parse_read_options(
-        {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "failOnDataLoss": str(fail).lower()},
+        {
+            "kafka.bootstrap.servers": "h:1",
+            "subscribe": "t",
+            "failOnDataLoss": str(fail).lower(),
+            "fetcher": "librdkafka",
+        },
         streaming=False,
     )
     schema = pa.schema(

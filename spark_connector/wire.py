@@ -1,0 +1,131 @@
+"""Blocking Kafka protocol connections for the connector's own clients.
+
+:class:`Connection` sends requests and reads their responses over one TCP connection:
+``request(entity)`` for a ``kio`` request entity (encoded and decoded by kio, generated from
+Kafka's JSON schemas; the cold paths: metadata, offsets, transactions), and
+``send(api_key, version, body)`` / ``receive()`` for hand-encoded requests on a hot path
+(the reader's Fetch), which may keep several requests in flight: Kafka answers the requests
+of one connection in the order they were sent.
+
+Frames are Kafka's: a big-endian int32 size, then a request header v1 (``api_key`` int16,
+``api_version`` int16, ``correlation_id`` int32, ``client_id`` string, plus an empty tagged
+field section for flexible versions) and the body; a response is the correlation id, then
+(for flexible versions other than ApiVersions) a tagged field section, then the body.
+
+Concurrency: a connection belongs to one thread; nothing here is pickled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import socket
+import struct
+from typing import Any
+
+__all__ = ["Connection", "parse_bootstrap", "skip_tagged_fields"]
+
+_FRAME_HEAD = struct.Struct(">hhih")
+
+
+def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
+    """``host:port,host:port`` as ``[(host, port)]`` (IPv6 hosts in brackets)."""
+    out: list[tuple[str, int]] = []
+    for raw in bootstrap.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        host, _, port = item.rpartition(":")
+        out.append((host.strip("[]") or "127.0.0.1", int(port)))
+    if not out:
+        raise ValueError(f"no broker address in {bootstrap!r}")
+    return out
+
+
+def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
+    """The position after the tagged field section at ``pos``."""
+
+    def uvarint(p: int) -> tuple[int, int]:
+        result = shift = 0
+        while True:
+            b = buf[p]
+            p += 1
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result, p
+            shift += 7
+
+    count, pos = uvarint(pos)
+    for _ in range(count):
+        _tag, pos = uvarint(pos)
+        size, pos = uvarint(pos)
+        pos += size
+    return pos
+
+
+class Connection:
+    """One blocking connection to one broker (see the module docstring)."""
+
+    def __init__(self, host: str, port: int, timeout_s: float, client_id: str) -> None:
+        self.address = (host, port)
+        self._sock = socket.create_connection((host, port), timeout=timeout_s)
+        self._sock.settimeout(timeout_s)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._client_id = client_id.encode()
+        self._correlation = 0
+        self._in_flight: list[int] = []
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+    def _recv_exact(self, n: int) -> bytearray:
+        out = bytearray(n)
+        view = memoryview(out)
+        got = 0
+        while got < n:
+            k = self._sock.recv_into(view[got:], n - got)
+            if not k:
+                raise ConnectionError(f"{self.address} closed the connection")
+            got += k
+        return out
+
+    def send(self, api_key: int, version: int, body: bytes, *, flexible: bool = False) -> None:
+        """Send a hand-encoded request body; its response comes from :meth:`receive`."""
+        self._correlation += 1
+        header = _FRAME_HEAD.pack(api_key, version, self._correlation, len(self._client_id))
+        header += self._client_id + (b"\x00" if flexible else b"")
+        self._sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+        self._in_flight.append(self._correlation)
+
+    def receive(self) -> bytearray:
+        """The next response frame (after its size), starting with the correlation id."""
+        (size,) = struct.unpack(">i", self._recv_exact(4))
+        frame = self._recv_exact(size)
+        (correlation,) = struct.unpack_from(">i", frame, 0)
+        expected = self._in_flight.pop(0) if self._in_flight else None
+        if correlation != expected:
+            raise ConnectionError(f"{self.address}: response {correlation} out of order")
+        return frame
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent whose responses were not received yet."""
+        return len(self._in_flight)
+
+    def request(self, entity: Any) -> Any:
+        """Send a kio request entity and return its decoded kio response."""
+        from kio.index import load_response_schema
+        from kio.serial import entity_reader, entity_writer
+
+        api_key, version = int(entity.__api_key__), int(entity.__version__)
+        body = io.BytesIO()
+        entity_writer(type(entity))(body, entity)
+        self.send(api_key, version, body.getvalue(), flexible=bool(entity.__flexible__))
+        frame = bytes(self.receive())
+        response_cls = load_response_schema(api_key, version)
+        pos = 4
+        if response_cls.__flexible__ and api_key != 18:
+            pos = skip_tagged_fields(frame, pos)
+        value, _ = entity_reader(response_cls)(frame, pos)
+        return value
