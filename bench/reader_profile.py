@@ -35,23 +35,12 @@ FETCHERS = ("librdkafka", "direct")
 
 def _child(bootstrap: str, topic: str, records: int, fetcher: str, result: Path) -> None:
     """Read the whole partition as one task would; write rows and seconds to ``result``."""
-    import pyarrow as pa
 
     from spark_connector.options import parse_read_options
     from spark_connector.planner import OffsetRange
-    from spark_connector.reader import read_range
+    from spark_connector.reader import read_range, record_schema
 
-    schema = pa.schema(
-        [
-            ("key", pa.binary()),
-            ("value", pa.binary()),
-            ("topic", pa.string()),
-            ("partition", pa.int32()),
-            ("offset", pa.int64()),
-            ("timestamp", pa.timestamp("us", tz="UTC")),
-            ("timestampType", pa.int32()),
-        ]
-    )
+    schema = record_schema()
     options = parse_read_options(
         {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "fetcher": fetcher},
         streaming=False,

@@ -122,6 +122,24 @@ class MillraceInputPartition(InputPartition):
         return f"MillraceInputPartition({r.topic}[{r.partition}] {r.from_offset}..{r.until_offset})"
 
 
+def record_schema(include_headers: bool = False) -> pa.Schema:
+    """The Arrow schema of a ``format("millrace")`` read (what :func:`read_range` yields),
+    without Spark: for tools and tests that call the reader directly."""
+    fields = [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        header = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+        fields.append(("headers", pa.list_(pa.field("element", header))))
+    return pa.schema(fields)
+
+
 def arrow_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema Spark expects for ``schema`` (what its Python data source checks)."""
     from pyspark.sql.pandas.types import to_arrow_schema

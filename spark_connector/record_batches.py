@@ -325,44 +325,35 @@ def _unzstd(data: memoryview, max_bytes: int) -> bytes:
             return bytes(out)
 
 
-def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    """A zigzag varint (32-bit: at most 5 bytes, raw value below 2**32) at ``pos``."""
+def _zigzag(data: bytes, pos: int, end: int, max_bytes: int, what: str) -> tuple[int, int]:
+    """A zigzag ``what`` of at most ``max_bytes`` bytes (raw value below 2**(7*max_bytes)
+    rounded down to 32 or 64 bits) at ``pos``."""
     raw = 0
     shift = 0
     while True:
         if pos >= end:
-            raise CorruptRecords("truncated varint")
+            raise CorruptRecords(f"truncated {what}")
         b = data[pos]
         pos += 1
         raw |= (b & 0x7F) << shift
         if not b & 0x80:
             break
         shift += 7
-        if shift == 35:
-            raise CorruptRecords("varint longer than 5 bytes")
-    if raw > 0xFFFFFFFF:
-        raise CorruptRecords("varint out of range")
+        if shift == 7 * max_bytes:
+            raise CorruptRecords(f"{what} longer than {max_bytes} bytes")
+    if raw >> (32 if max_bytes == 5 else 64):
+        raise CorruptRecords(f"{what} out of range")
     return (raw >> 1) ^ -(raw & 1), pos
+
+
+def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    """A zigzag varint (32-bit: at most 5 bytes, raw value below 2**32) at ``pos``."""
+    return _zigzag(data, pos, end, 5, "varint")
 
 
 def _varlong(data: bytes, pos: int, end: int) -> tuple[int, int]:
     """A zigzag varlong (at most 10 bytes, raw value below 2**64) at ``pos``."""
-    raw = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise CorruptRecords("truncated varlong")
-        b = data[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        if shift == 70:
-            raise CorruptRecords("varlong longer than 10 bytes")
-    if raw > 0xFFFFFFFFFFFFFFFF:
-        raise CorruptRecords("varlong out of range")
-    return (raw >> 1) ^ -(raw & 1), pos
+    return _zigzag(data, pos, end, 10, "varlong")
 
 
 def is_abort_marker(records: bytes | memoryview) -> bool:

@@ -18,30 +18,11 @@ from confluent_kafka import Producer
 
 from spark_connector.options import parse_read_options
 from spark_connector.planner import OffsetRange
-from spark_connector.reader import read_range
+from spark_connector.reader import read_range, record_schema
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("timestampType", pa.int32()),
-        (
-            "headers",
-            pa.list_(
-                pa.field(
-                    "element",
-                    pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]),
-                )
-            ),
-        ),
-    ]
-)
+SCHEMA = record_schema(include_headers=True)
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 

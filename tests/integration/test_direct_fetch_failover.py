@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 
 from spark_connector.options import parse_read_options
 from spark_connector.planner import OffsetRange
-from spark_connector.reader import ARROW_BATCH_ROWS, read_range
+from spark_connector.reader import ARROW_BATCH_ROWS, read_range, record_schema
 from tests.harness.cluster import Cluster
 
 PROPS = {
@@ -32,17 +32,7 @@ pytestmark = [
     pytest.mark.timeout(300),
 ]
 
-SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("timestampType", pa.int32()),
-    ]
-)
+SCHEMA = record_schema()
 RECORDS = 60_000
 
 

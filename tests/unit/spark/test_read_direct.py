@@ -20,21 +20,11 @@ from broker.protocol.records import SimpleRecord, encode_batch
 from spark_connector import fetcher as f
 from spark_connector.options import parse_read_options
 from spark_connector.planner import OffsetRange
-from spark_connector.reader import read_range
+from spark_connector.reader import read_range, record_schema
 
 pytestmark = pytest.mark.unit
 
-SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("timestampType", pa.int32()),
-    ]
-)
+SCHEMA = record_schema()
 
 
 class _Log:
