@@ -145,6 +145,34 @@ def test_murmur2_matches_librdkafka_and_spark_placement(
             assert placed[kb] == partition_for_key(kb, n), (topic, k)
 
 
+def test_rows_of_a_key_keep_their_order(
+    spark: Any, fmt: str, cluster: Any, topic_name: str
+) -> None:
+    """Without headers or a partition column a task hands each Arrow batch to librdkafka in
+    one call (``produce_batch``); a key's rows still arrive in the task's order, in the
+    partitioner's partition, across several Arrow batches and a small local queue."""
+    topic = cluster.create_topic(topic_name, 3)
+    rows = [(f"k{i % 40}", f"{i}") for i in range(30_000)]
+    df = spark.createDataFrame(rows, "key string, value string").coalesce(1)
+    (
+        df.write.format(fmt)
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("topic", topic)
+        .option("kafka.queue.buffering.max.messages", "15000")
+        .mode("append")
+        .save()
+    )
+    per_key: dict[bytes, list[int]] = {}
+    for p, msgs in _all(cluster, topic, 3).items():
+        for m in msgs:
+            assert p == partition_for_key(m.key(), 3)
+            per_key.setdefault(m.key(), []).append(int(m.value()))
+    assert sum(len(v) for v in per_key.values()) == len(rows)
+    for key, values in per_key.items():
+        assert values == sorted(values), key
+        assert values == list(range(int(key[1:]), len(rows), 40))
+
+
 # --- streaming -------------------------------------------------------------------------------
 
 
