@@ -123,8 +123,6 @@ _UNSUPPORTED_OPTIONS = {
 
 # Poll the producer for delivery reports every this many rows.
 _POLL_EVERY_ROWS = 1000
-_DEFAULT_QUEUE_MESSAGES = 100_000
-"""librdkafka's default ``queue.buffering.max.messages``."""
 # How long one flush() call waits; flush is repeated until every report has arrived
 # (librdkafka bounds each message's life with message.timeout.ms / delivery.timeout.ms).
 _FLUSH_STEP_S = 5.0
@@ -372,92 +370,6 @@ def _produce_blocking(
             continue
 
 
-def _queue_limit(plan: WritePlan) -> int:
-    """How many messages librdkafka's local queue holds (``queue.buffering.max.messages``)."""
-    raw = producer_config(plan).get("queue.buffering.max.messages", _DEFAULT_QUEUE_MESSAGES)
-    try:
-        return max(1, int(raw))
-    except (TypeError, ValueError):
-        return _DEFAULT_QUEUE_MESSAGES
-
-
-def _produce_rows(producer: Any, rows: Iterable[tuple[Any, ...]], row_base: int) -> None:
-    """One ``produce()`` per row: rows with headers or a ``topic`` column."""
-    from confluent_kafka import KafkaException
-
-    produce = producer.produce
-    i = 0
-    topic = ""
-    try:
-        for i, (topic, value, key, partition, hdrs) in enumerate(rows):
-            try:
-                if hdrs is None:
-                    produce(topic, value, key, partition)
-                else:
-                    produce(topic, value, key, partition, headers=hdrs)
-            except BufferError:
-                _produce_blocking(producer, topic, value, key, partition, hdrs)
-            if i % _POLL_EVERY_ROWS == 0:
-                producer.poll(0)
-    except KafkaException as exc:
-        raise DeliveryError(f"cannot produce row {row_base + i} (topic '{topic}'): {exc}") from exc
-
-
-def _produce_chunk(
-    producer: Any,
-    topic: str,
-    values: list[Any],
-    keys: Iterable[Any],
-    row_base: int,
-    queue_limit: int,
-) -> None:
-    """A whole Arrow batch to one topic, partitioned by the producer's partitioner, through
-    ``produce_batch`` (one call into librdkafka instead of one per row: about 1.5x the
-    rows/s). Only without a ``partition`` column: confluent-kafka 2.16's ``produce_batch``
-    sends every message to one partition whatever its own ``partition`` says (seen here).
-    Order is kept: the call waits until the
-    local queue has room for every message, and if librdkafka still refuses some (its byte
-    limit), they must be a suffix of the batch, which is then offered again; anything else
-    fails the task rather than reorder rows of a partition."""
-    from confluent_kafka import KafkaError, KafkaException
-
-    msgs = [{"value": v, "key": k} for v, k in zip(values, keys, strict=True)]
-    first = 0  # index in the Arrow batch of msgs[0]
-    while msgs:
-        part = msgs[:queue_limit]
-        while len(producer) + len(part) > queue_limit:
-            producer.poll(0.05)
-        try:
-            queued = producer.produce_batch(topic, part)
-        except BufferError:
-            producer.poll(0.1)
-            continue
-        except KafkaException as exc:
-            raise DeliveryError(
-                f"cannot produce rows {row_base + first}.. (topic '{topic}'): {exc}"
-            ) from exc
-        if queued == len(part):
-            msgs = msgs[len(part) :]
-            first += len(part)
-            producer.poll(0)
-            continue
-        failed = [i for i, m in enumerate(part) if "_error" in m]
-        err = part[failed[0]]["_error"]
-        full = all(
-            getattr(part[i]["_error"], "code", lambda: None)() == KafkaError._QUEUE_FULL
-            for i in failed
-        )
-        if not full or failed != list(range(failed[0], len(part))):
-            raise DeliveryError(
-                f"cannot produce row {row_base + first + failed[0]} (topic '{topic}'): {err}"
-            )
-        for i in failed:
-            del part[i]["_error"]
-        msgs = part[failed[0] :] + msgs[len(part) :]
-        first += failed[0]
-        producer.poll(0.1)  # serve delivery reports, freeing queue space
-
-
 def _row_topics(plan: WritePlan, batch: pa.RecordBatch, row_base: int) -> Iterable[str]:
     if plan.topic is not None:
         return repeat(plan.topic, batch.num_rows)
@@ -558,7 +470,6 @@ def write_batches(
     produced = 0
     row_base = 0
     ok = False
-    queue_limit = _queue_limit(plan)
     try:
         for batch in batches:
             n = batch.num_rows
@@ -576,6 +487,7 @@ def write_batches(
                 producer = _new_producer(plan, tracker, extra)
                 if txn_id is not None and eos is not None:
                     _open_transaction(plan, eos, txn_id, producer)
+            produce = producer.produce
             values = batch.column(plan.value_index).to_pylist()
             keys: Iterable[Any] = (
                 repeat(None, n)
@@ -590,25 +502,30 @@ def write_batches(
                     for i, h in enumerate(batch.column(plan.headers_index).to_pylist())
                 ]
             )
-            if (
-                plan.topic is not None
-                and plan.headers_index is None
-                and plan.partition_index is None
-            ):
-                _produce_chunk(producer, plan.topic, values, keys, row_base, queue_limit)
-            else:
-                _produce_rows(
-                    producer,
-                    zip(
-                        _row_topics(plan, batch, row_base),
-                        values,
-                        keys,
-                        _row_partitions(plan, batch, row_base),
-                        headers,
-                        strict=True,
-                    ),
-                    row_base,
-                )
+            rows = zip(
+                _row_topics(plan, batch, row_base),
+                values,
+                keys,
+                _row_partitions(plan, batch, row_base),
+                headers,
+                strict=True,
+            )
+            i = 0
+            try:
+                for i, (topic, value, key, partition, hdrs) in enumerate(rows):
+                    try:
+                        if hdrs is None:
+                            produce(topic, value, key, partition)
+                        else:
+                            produce(topic, value, key, partition, headers=hdrs)
+                    except BufferError:
+                        _produce_blocking(producer, topic, value, key, partition, hdrs)
+                    if i % _POLL_EVERY_ROWS == 0:
+                        producer.poll(0)
+            except KafkaException as exc:
+                raise DeliveryError(
+                    f"cannot produce row {row_base + i} (topic '{topic}'): {exc}"
+                ) from exc
             produced += n
             row_base += n
             producer.poll(0)
