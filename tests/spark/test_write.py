@@ -148,9 +148,8 @@ def test_murmur2_matches_librdkafka_and_spark_placement(
 def test_rows_of_a_key_keep_their_order(
     spark: Any, fmt: str, cluster: Any, topic_name: str
 ) -> None:
-    """Without headers or a partition column a task hands each Arrow batch to librdkafka in
-    one call (``produce_batch``); a key's rows still arrive in the task's order, in the
-    partitioner's partition, across several Arrow batches and a small local queue."""
+    """A key's rows arrive in the task's order, in the partitioner's partition, across
+    several Arrow batches and a local queue smaller than the write."""
     topic = cluster.create_topic(topic_name, 3)
     rows = [(f"k{i % 40}", f"{i}") for i in range(30_000)]
     df = spark.createDataFrame(rows, "key string, value string").coalesce(1)
