@@ -4,7 +4,9 @@ connection (broker/network/server.py), with a stand-in request handler."""
 from __future__ import annotations
 
 import asyncio
+import os
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +120,39 @@ def test_slow_request_in_flight_is_not_idle() -> None:
         return await asyncio.wait_for(_read(r), 5)
 
     assert asyncio.run(_with_server(run, idle_timeout_s=0.2)) == b"slow"
+
+
+def test_sendfile_now_sends_what_the_socket_takes_without_moving_the_file(
+    tmp_path: Path,
+) -> None:
+    """The write loop's fast path: ``os.sendfile`` at the region's offset until the socket
+    would block; the bytes that arrive are the region's, in order, and the shared file's own
+    position never moves (appends and other readers use it)."""
+    import socket as socket_mod
+
+    from broker.network.server import _sendfile_now
+
+    data = os.urandom(8 << 20)
+    path = tmp_path / "segment.log"
+    path.write_bytes(data)
+    a, b = socket_mod.socketpair()
+    a.setblocking(False)
+    with a, b, path.open("rb") as f:
+        f.seek(123)
+
+        class Region:
+            file = f
+            position = 1000
+            size = len(data) - 1000
+
+        sent = _sendfile_now(a.fileno(), Region())
+        assert 0 < sent < Region.size  # the socket buffer filled: the rest is the caller's
+        assert f.tell() == 123
+        got = bytearray()
+        while len(got) < sent:
+            got += b.recv(1 << 20)
+        assert bytes(got) == data[1000 : 1000 + sent]
+        small = Region()
+        small.size = 4096  # type: ignore[misc]
+        assert _sendfile_now(a.fileno(), small) == 4096
+        assert b.recv(8192) == data[1000:5096]
