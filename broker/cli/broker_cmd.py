@@ -9,6 +9,7 @@ import logging
 import signal
 from pathlib import Path
 
+from broker import gc_policy
 from broker.cli.common import fail
 
 _PROG = "millrace broker"
@@ -40,6 +41,12 @@ def _dump_tasks() -> None:
         logging.getLogger("broker.tasks").warning("%s", out.getvalue())
 
 
+async def _refresh_gc() -> None:
+    while True:
+        await asyncio.sleep(gc_policy.REFRESH_S)
+        gc_policy.refresh()
+
+
 def run(args: argparse.Namespace) -> int:
     from broker.config import BrokerConfig, parse_set_options, read_properties
     from broker.config_def import ConfigError
@@ -61,7 +68,12 @@ def run(args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
-        await Broker(config).run_until(stop)
+        gc_policy.install()
+        refresher = loop.create_task(_refresh_gc(), name="gc-refresh")
+        try:
+            await Broker(config).run_until(stop)
+        finally:
+            refresher.cancel()
 
     try:
         asyncio.run(main())

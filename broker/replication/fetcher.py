@@ -4,7 +4,10 @@ Theory of operation (checklist section 12; Kafka's ``ReplicaFetcherThread``, KIP
 -----------------------------------------------------------------------------------------
 One :class:`LeaderFetcher` task per source broker fetches every partition this broker
 follows from that leader in one Fetch request (``replica_id`` = this broker, read up to the
-leader's log end, ``replica.fetch.wait.max.ms`` long poll). Before a partition's first fetch
+leader's log end, ``replica.fetch.wait.max.ms`` long poll), in an incremental fetch session
+(KIP-227, :mod:`broker.replication.fetch_sessions`): after the first, full request, a request
+names only the partitions whose fetch position changed and the response only the partitions
+with news, so idle partitions cost (almost) nothing on the wire. Before a partition's first fetch
 after a leader change it is *truncated*: the fetcher asks the leader (OffsetsForLeaderEpoch,
 with this replica's latest epoch) where that epoch ends on the leader, and truncates its
 own log to the smaller of that offset and its own end of the epoch. When the leader does not
@@ -38,6 +41,7 @@ from kio.static.primitive import i8, i32, i32Timedelta, i64
 from broker.network.client import BrokerConnection
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
+from broker.replication.fetch_sessions import FetchSessionHandler, PartitionFetchState
 from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -98,6 +102,8 @@ class LeaderFetcher:
         self._wakeup = asyncio.Event()
         self._conn: BrokerConnection | None = None
         self._moved = False
+        self.session = FetchSessionHandler()
+        """This follower's incremental fetch session with the leader (KIP-227)."""
         self.task: asyncio.Task[None] | None = None
 
     def add(self, tp: TopicPartition, leader_epoch: int) -> None:
@@ -172,6 +178,7 @@ class LeaderFetcher:
         return self._conn
 
     async def _drop_connection(self) -> None:
+        self.session.handle_error()
         if self._conn is not None:
             conn, self._conn = self._conn, None
             with contextlib.suppress(Exception):
@@ -271,48 +278,77 @@ class LeaderFetcher:
     async def _fetch(
         self, conn: BrokerConnection, states: dict[TopicPartition, FetchState]
     ) -> None:
-        by_topic: dict[str, list[Any]] = {}
-        sent: dict[TopicPartition, tuple[int, int]] = {}
+        wanted: dict[TopicPartition, PartitionFetchState] = {}
         for tp, state in states.items():
             position = self.sink.follower_fetch_position(tp)
             if position is None:
                 self.partitions.pop(tp, None)
                 continue
             leo, log_start, latest_epoch = position
-            sent[tp] = (leo, state.leader_epoch)
+            wanted[tp] = PartitionFetchState(
+                leo, log_start, state.leader_epoch, latest_epoch, self.config.partition_max_bytes
+            )
+        if not wanted:
+            return
+        plan = self.session.build(wanted)
+        by_topic: dict[str, list[Any]] = {}
+        for tp in plan.send:
+            w = wanted[tp]
             by_topic.setdefault(tp.topic, []).append(
                 fetch_req.FetchPartition(
                     partition=i32(tp.partition),
-                    current_leader_epoch=i32(state.leader_epoch),
-                    fetch_offset=i64(leo),
-                    last_fetched_epoch=i32(latest_epoch),
-                    log_start_offset=i64(log_start),
-                    partition_max_bytes=i32(self.config.partition_max_bytes),
+                    current_leader_epoch=i32(w.current_leader_epoch),
+                    fetch_offset=i64(w.fetch_offset),
+                    last_fetched_epoch=i32(w.last_fetched_epoch),
+                    log_start_offset=i64(w.log_start_offset),
+                    partition_max_bytes=i32(w.max_bytes),
                 )
             )
-        if not by_topic:
-            return
+        forget: dict[str, list[i32]] = {}
+        for tp in plan.forget:
+            forget.setdefault(tp.topic, []).append(i32(tp.partition))
         request = fetch_req.FetchRequest(
             replica_id=i32(self.config.broker_id),  # type: ignore[arg-type]
             max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=self.config.max_wait_ms)),
             min_bytes=i32(self.config.min_bytes),
             max_bytes=i32(self.config.max_bytes),
             isolation_level=i8(0),
+            session_id=i32(plan.session_id),
+            session_epoch=i32(plan.epoch),
             topics=tuple(
                 fetch_req.FetchTopic(topic=t, partitions=tuple(ps))  # type: ignore[arg-type]
                 for t, ps in by_topic.items()
             ),
-            forgotten_topics_data=(),
+            forgotten_topics_data=tuple(
+                fetch_req.ForgottenTopic(topic=t, partitions=tuple(ps))  # type: ignore[arg-type]
+                for t, ps in forget.items()
+            ),
         )
-        response = await conn.request(FETCH_KEY, FETCH_VERSION, request)
+        try:
+            response = await conn.request(FETCH_KEY, FETCH_VERSION, request)
+        except BaseException:
+            self.session.handle_error()
+            raise
+        error = ErrorCode(int(response.error_code))
+        self.session.handle_response(error, int(response.session_id))
+        if error != ErrorCode.none:
+            log.info("fetch from leader %d: %s; starting a new session", self.leader_id, error.name)
+            return
+        discarded = False
         for topic in response.responses:
             for p in topic.partitions:
                 tp = TopicPartition(str(topic.topic), int(p.partition_index))
                 current = self.partitions.get(tp)
-                if current is None or tp not in sent or current.leader_epoch != sent[tp][1]:
-                    continue  # the partition moved while the fetch was in flight
+                sent = wanted.get(tp)
                 position = self.sink.follower_fetch_position(tp)
-                if position is None or position[0] != sent[tp][0]:
+                if (
+                    current is None
+                    or sent is None
+                    or current.leader_epoch != sent.current_leader_epoch
+                    or position is None
+                    or position[0] != sent.fetch_offset
+                ):
+                    discarded = True  # the partition moved while the fetch was in flight
                     continue
                 error = ErrorCode(int(p.error_code))
                 if error == ErrorCode.none:
@@ -323,9 +359,13 @@ class LeaderFetcher:
                         int(p.log_start_offset),
                     )
                 elif error == ErrorCode.offset_out_of_range:
-                    self._on_out_of_range(tp, current, sent[tp][0], int(p.log_start_offset))
+                    self._on_out_of_range(tp, current, sent.fetch_offset, int(p.log_start_offset))
                 else:
                     self._on_partition_error(tp, error)
+        if discarded:
+            # What the leader told us about that partition (e.g. its high watermark) is lost
+            # and an incremental session would not repeat it: start a new session.
+            self.session.handle_error()
 
     def _on_out_of_range(
         self, tp: TopicPartition, state: FetchState, fetch_offset: int, leader_log_start: int

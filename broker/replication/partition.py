@@ -236,12 +236,18 @@ class Partition:
         """The ISR with every caught-up follower added, if any is missing (else None)."""
         if not self.is_leader or self.pending_isr is not None:
             return None
+        isr = self.isr
+        for r in self.replicas:  # a loop, not a comprehension: called per partition per fetch
+            if r not in isr:
+                break
+        else:
+            return None
+        missing = [r for r in self.replicas if r not in isr]
         epoch_start = self._current_epoch_start()
         add = [
             r
-            for r in self.replicas
-            if r not in self.isr
-            and (state := self.followers.get(r)) is not None
+            for r in missing
+            if (state := self.followers.get(r)) is not None
             and state.leo >= self.high_watermark
             and state.leo >= epoch_start
         ]
@@ -308,10 +314,22 @@ class Partition:
         (read_uncommitted consumers) or the last stable offset (read_committed consumers,
         with the aborted transactions of the returned range)."""
         lso = self.last_stable_offset
+        log = self.log
         if read_committed:
             max_offset: int | None = lso
         else:
             max_offset = self.high_watermark if committed_only else None
+        leo = log.log_end_offset
+        if offset == (leo if max_offset is None else max_offset) and offset >= log.log_start_offset:
+            # caught up (the common case of an idle partition): nothing to read
+            return ReadResult(
+                None,
+                self.high_watermark,
+                lso,
+                log.log_start_offset,
+                leo,
+                [] if read_committed else None,
+            )
         data = self.log.read(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
         aborted = None
         if read_committed:

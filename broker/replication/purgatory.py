@@ -29,8 +29,8 @@ class Purgatory:
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
-        self._watchers: dict[Hashable, set[asyncio.Future[None]]] = {}
-        self._deadlines: dict[asyncio.Future[None], float] = {}
+        self._watchers: dict[Hashable, set[asyncio.Future[bool]]] = {}
+        self._deadlines: dict[asyncio.Future[bool], float] = {}
 
     def notify(self, key: Hashable) -> None:
         waiters = self._watchers.pop(key, None)
@@ -38,7 +38,7 @@ class Purgatory:
             return
         for fut in waiters:
             if not fut.done():
-                fut.set_result(None)
+                fut.set_result(True)
 
     def expire(self) -> int:
         """Wake every operation whose deadline (by the clock) has passed; returns how many."""
@@ -46,7 +46,7 @@ class Purgatory:
         woken = 0
         for fut, deadline in list(self._deadlines.items()):
             if deadline <= now and not fut.done():
-                fut.set_result(None)
+                fut.set_result(False)
                 woken += 1
         return woken
 
@@ -64,9 +64,16 @@ class Purgatory:
         keys: Iterable[Hashable],
         condition: Callable[[], bool],
         timeout_s: float,
+        *,
+        recheck_at_deadline: bool = True,
     ) -> bool:
         """Wait until ``condition()`` holds (re-checked after every notification on one of
-        ``keys``) or the timeout expires. Returns the final value of ``condition()``."""
+        ``keys``) or the timeout expires. Returns the final value of ``condition()``.
+
+        With ``recheck_at_deadline=False`` the condition is not checked again when the
+        deadline passes without a notification since the last check (nothing the caller
+        watches changed): False is returned at once. A long-poll fetch uses this to skip
+        re-reading every partition of an idle request at its deadline."""
         keys = list(keys)
         loop = asyncio.get_running_loop()
         clock = self._clock
@@ -75,13 +82,13 @@ class Purgatory:
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 return False
-            fut: asyncio.Future[None] = loop.create_future()
+            fut: asyncio.Future[bool] = loop.create_future()
             for key in keys:
                 self._watchers.setdefault(key, set()).add(fut)
             self._deadlines[fut] = deadline
             timer = loop.call_later(remaining, _wake, fut)
             try:
-                await fut
+                notified = await fut
             finally:
                 timer.cancel()
                 del self._deadlines[fut]
@@ -91,9 +98,11 @@ class Purgatory:
                         waiters.discard(fut)
                         if not waiters:
                             del self._watchers[key]
+            if not notified and not recheck_at_deadline:
+                return False
         return True
 
 
-def _wake(fut: asyncio.Future[None]) -> None:
+def _wake(fut: asyncio.Future[bool]) -> None:
     if not fut.done():
-        fut.set_result(None)
+        fut.set_result(False)

@@ -44,6 +44,7 @@ from broker.log.producer_state import ProducerEntry
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode, KafkaError, error_code_for
 from broker.replication.alter_isr_manager import AlterIsr, AlterIsrManager
+from broker.replication.fetch_sessions import FetchSessionCache
 from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.replication.partition import NotLeaderError, Partition, ReadResult
 from broker.replication.purgatory import Purgatory
@@ -149,6 +150,11 @@ class ReplicaManager:
                 request_timeout_ms=config["replica.socket.timeout.ms"],
             ),
         )
+        self.fetch_sessions = FetchSessionCache(
+            config["max.incremental.fetch.session.cache.slots"],
+            config["min.incremental.fetch.session.eviction.ms"],
+        )
+        """Incremental fetch sessions (KIP-227) of the followers and consumers fetching here."""
         self._hw_checkpoints: dict[TopicPartition, int] = {}
         for log_dir in log_manager.log_dirs:
             path = Path(log_dir) / HW_CHECKPOINT
@@ -488,12 +494,14 @@ class ReplicaManager:
                     error_message=f"{tp} has {len(p.isr)} in-sync replicas after the append",
                 )
 
-    def _record_follower_fetch(self, partition: Partition, replica_id: int, offset: int) -> None:
+    def _record_follower_fetch(
+        self, partition: Partition, replica_id: int, offset: int, now_ms: int
+    ) -> None:
         """A follower fetching at ``offset`` has everything before it: move the HW, and
         propose adding the follower back to the ISR once it has caught up."""
         if replica_id not in partition.replicas or offset > partition.log.log_end_offset:
             return  # not a replica, or a diverged follower about to learn it must truncate
-        if partition.update_follower_leo(replica_id, offset, self.clock.time_ms()):
+        if partition.update_follower_leo(replica_id, offset, now_ms):
             self.notify_high_watermark(partition.tp)
         expanded = partition.isr_to_expand()
         if expanded is not None:
@@ -517,13 +525,14 @@ class ReplicaManager:
     ) -> list[FetchResult]:
         remaining = max_bytes
         out: list[FetchResult] = []
+        now_ms = self.clock.time_ms()
         for req in requests:
             result = FetchResult(req.tp)
             try:
                 partition = self.leader_partition(req.tp)
                 partition.check_leader_epoch(req.current_leader_epoch)
                 if replica_id >= 0:
-                    self._record_follower_fetch(partition, replica_id, req.fetch_offset)
+                    self._record_follower_fetch(partition, replica_id, req.fetch_offset, now_ms)
                 limit = min(req.max_bytes, remaining)
                 read: ReadResult = partition.read(
                     req.fetch_offset,
@@ -585,14 +594,22 @@ class ReplicaManager:
         ):
             return results
         holder: list[list[FetchResult]] = [results]
+        first = [True]
 
         def enough() -> bool:
+            if first[0]:  # just read: wait for a notification or the deadline
+                first[0] = False
+                return False
             holder[0] = read()
             return sum(r.size for r in holder[0]) >= min_bytes or any(
                 r.error != ErrorCode.none for r in holder[0]
             )
 
-        await self.purgatory.wait_until([r.tp for r in requests], enough, max_wait_ms / 1000.0)
+        # At the deadline, without a notification since the last read, that read still holds:
+        # appends, high watermark moves, role changes and stopped replicas all notify.
+        await self.purgatory.wait_until(
+            [r.tp for r in requests], enough, max_wait_ms / 1000.0, recheck_at_deadline=False
+        )
         return holder[0]
 
     # --- offsets --------------------------------------------------------------------------
