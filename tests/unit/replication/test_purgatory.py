@@ -76,3 +76,29 @@ def test_the_real_clock_times_out_by_itself() -> None:
         return await Purgatory().wait_until(["x"], lambda: False, 0.01)
 
     assert asyncio.run(run()) is False
+
+
+@pytest.mark.parametrize("notified", [False, True])
+def test_no_recheck_at_the_deadline_unless_notified(notified: bool) -> None:
+    """``recheck_at_deadline=False``: a deadline with no notification since the last check
+    returns without calling the condition again; after a notification it is checked."""
+
+    async def run() -> tuple[bool, int]:
+        clock = ManualClock()
+        p = Purgatory(clock)
+        checks = [0]
+
+        def condition() -> bool:
+            checks[0] += 1
+            return False
+
+        waiter = asyncio.create_task(p.wait_until(["tp"], condition, 5, recheck_at_deadline=False))
+        await _spin()
+        if notified:
+            p.notify("tp")
+            await _spin()
+        clock.advance(5_000)
+        p.expire()
+        return await waiter, checks[0]
+
+    assert asyncio.run(run()) == (False, 2 if notified else 1)
