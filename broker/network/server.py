@@ -254,11 +254,16 @@ class KafkaServer:
                 if response is None:
                     inflight.count -= 1
                     continue
-                writer.write(size_prefix(response.size))
+                # Bytes go out joined, one write per run of them (the size prefix with the
+                # response head, or a whole in-memory response): one syscall and, with
+                # TCP_NODELAY, one segment instead of one per chunk.
+                out: list[bytes | bytearray | memoryview] = [size_prefix(response.size)]
                 for chunk in response.chunks:
                     if isinstance(chunk, bytes | bytearray | memoryview):
-                        writer.write(chunk)
+                        out.append(chunk)
                         continue
+                    writer.write(b"".join(out))
+                    out = []
                     sent = 0
                     if sock_fd >= 0 and not transport.get_write_buffer_size():
                         sent = _sendfile_now(sock_fd, chunk)
@@ -270,6 +275,8 @@ class KafkaServer:
                             chunk.position + sent,
                             chunk.size - sent,
                         )
+                if out:
+                    writer.write(out[0] if len(out) == 1 else b"".join(out))
                 await writer.drain()
                 inflight.count -= 1
         except (ConnectionError, OSError) as exc:
