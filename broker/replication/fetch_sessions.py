@@ -45,7 +45,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from broker.protocol.errors import ErrorCode
 from broker.types import TopicPartition
@@ -249,9 +249,9 @@ class FetchSessionCache:
 # --- the fetching side ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionFetchState:
-    """What a fetcher sends for one partition; a change means the partition is sent again."""
+class PartitionFetchState(NamedTuple):
+    """What a fetcher sends for one partition; a change means the partition is sent again.
+    (A named tuple: one is built per partition per request, and compared.)"""
 
     fetch_offset: int
     log_start_offset: int

@@ -29,6 +29,7 @@ Concurrency: event loop thread only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from broker.log.file_records import FetchSlice
 from broker.log.log import AppendOrigin, AppendResult, Log
@@ -53,8 +54,9 @@ class UnknownLeaderEpochError(KafkaError):
     code = ErrorCode.unknown_leader_epoch
 
 
-@dataclass(frozen=True, slots=True)
-class ReadResult:
+class ReadResult(NamedTuple):
+    """What a read returns (a named tuple: built per partition per fetch, so cheap to make)."""
+
     slice: FetchSlice | None
     high_watermark: int
     last_stable_offset: int
