@@ -32,13 +32,17 @@ class Purgatory:
         self._watchers: dict[Hashable, set[asyncio.Future[bool]]] = {}
         self._deadlines: dict[asyncio.Future[bool], float] = {}
 
-    def notify(self, key: Hashable) -> None:
+    def notify(self, key: Hashable) -> int:
+        """Wake the operations watching ``key``; returns how many were woken."""
         waiters = self._watchers.pop(key, None)
         if not waiters:
-            return
+            return 0
+        woken = 0
         for fut in waiters:
             if not fut.done():
                 fut.set_result(True)
+                woken += 1
+        return woken
 
     def expire(self) -> int:
         """Wake every operation whose deadline (by the clock) has passed; returns how many."""

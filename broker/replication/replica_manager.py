@@ -417,6 +417,7 @@ class ReplicaManager:
         a coordinator's own writes (``origin``) skip the producer's sequence checks."""
         results: dict[TopicPartition, ProduceResult] = {}
         waiting: dict[TopicPartition, int] = {}
+        woken = 0
         if transactional_id is not None and origin is AppendOrigin.CLIENT:
             results.update(await self.transactions.verify(transactional_id, entries))
         now = self.clock.time_ms()
@@ -454,7 +455,7 @@ class ReplicaManager:
                     appended.log_start_offset,
                     last_offset=appended.last_offset,
                 )
-                self.notify_high_watermark(tp)
+                woken += self.notify_high_watermark(tp)
                 if required_acks == -1 and not partition.offset_is_acked(appended.last_offset + 1):
                     waiting[tp] = appended.last_offset + 1
             except KafkaError as exc:
@@ -464,6 +465,13 @@ class ReplicaManager:
                 results[tp] = ProduceResult(error_code_for(exc), error_message=str(exc))
         if waiting:
             await self.await_acks(waiting, results, timeout_ms)
+        elif woken:
+            # Let the fetches this append woke answer before this produce's response is
+            # built: end-to-end latency is the consumer's, not the producer's. Two turns of
+            # the loop: one for the fetch to read and build its response, one for its
+            # connection's writer to send it.
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
         return results
 
     async def await_acks(
@@ -507,9 +515,10 @@ class ReplicaManager:
         if expanded is not None:
             self.alter_isr_manager.propose(partition, expanded)
 
-    def notify_high_watermark(self, tp: TopicPartition) -> None:
-        self.purgatory.notify(("hw", tp))
-        self.purgatory.notify(tp)
+    def notify_high_watermark(self, tp: TopicPartition) -> int:
+        """Wake what waits on ``tp`` (fetches) and on its high watermark (acks=all
+        produces); returns how many waiters were woken."""
+        return self.purgatory.notify(("hw", tp)) + self.purgatory.notify(tp)
 
     # --- fetch ----------------------------------------------------------------------------
 
