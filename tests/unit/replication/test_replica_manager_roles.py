@@ -459,3 +459,34 @@ def test_stop_replica_without_delete_keeps_the_log(tmp_path: Path) -> None:
     assert TP not in b.fetchers.following
     assert directory.is_dir()
     assert b.log_manager.get_log(TP) is not None
+
+
+def test_a_fetch_woken_by_an_append_answers_before_the_produce(tmp_path: Path) -> None:
+    """acks=1 with a consumer long-polling at the log end: the append wakes the fetch, and the
+    fetch has its records (and has left the handler) before the produce call returns, so the
+    consumer's response is not queued behind the producer's (end-to-end latency)."""
+    b = Broker(tmp_path)
+    b.apply(1, _spec(leader=1, epoch=1, isr=(1,), replicas=(1,)))
+    order: list[str] = []
+
+    async def scenario() -> int | None:
+        async def consumer() -> FetchResult:
+            [result] = await b.rm.fetch(
+                [FetchRequestPartition(TP, 0, 1 << 20)],
+                max_wait_ms=60_000,
+                min_bytes=1,
+                max_bytes=1 << 20,
+            )
+            order.append("fetch")
+            return result
+
+        waiting = asyncio.create_task(consumer())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        await _produce(b.rm, 5, acks=1)
+        order.append("produce")
+        return _last_offset(await waiting)
+
+    assert _run(scenario) == 4
+    assert order == ["fetch", "produce"]
