@@ -45,13 +45,11 @@ import random
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from broker.protocol.errors import ErrorCode
+from broker.replication.results import FetchRequestPartition, FetchResult
 from broker.types import TopicPartition
-
-if TYPE_CHECKING:
-    from broker.replication.replica_manager import FetchRequestPartition, FetchResult
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0

@@ -332,7 +332,7 @@ class Partition:
                 leo,
                 [] if read_committed else None,
             )
-        data = self.log.read(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+        data = log.read(offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
         aborted = None
         if read_committed:
             upper = data.last_offset + 1 if data is not None and data.size else offset

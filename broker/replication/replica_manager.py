@@ -37,7 +37,6 @@ from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.log.checkpoints import OffsetCheckpointFile
 from broker.log.errors import OffsetOutOfRangeError
-from broker.log.file_records import FetchSlice
 from broker.log.log import AppendOrigin
 from broker.log.log_manager import LogManager
 from broker.log.producer_state import ProducerEntry
@@ -48,6 +47,7 @@ from broker.replication.fetch_sessions import FetchSessionCache
 from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.replication.partition import NotLeaderError, Partition, ReadResult
 from broker.replication.purgatory import Purgatory
+from broker.replication.results import FetchRequestPartition, FetchResult, ProduceResult
 from broker.replication.transactions import TransactionSupport
 from broker.topic_config import LogConfig
 from broker.types import TopicPartition
@@ -58,39 +58,6 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 HW_CHECKPOINT = "replication-offset-checkpoint"
-
-
-@dataclass(slots=True)
-class ProduceResult:
-    error: ErrorCode = ErrorCode.none
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    error_message: str | None = None
-    last_offset: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class FetchRequestPartition:
-    tp: TopicPartition
-    fetch_offset: int
-    max_bytes: int
-    current_leader_epoch: int = -1
-
-
-@dataclass(slots=True)
-class FetchResult:
-    tp: TopicPartition
-    error: ErrorCode = ErrorCode.none
-    high_watermark: int = -1
-    last_stable_offset: int = -1
-    log_start_offset: int = -1
-    slice: FetchSlice | None = None
-    aborted_transactions: list[tuple[int, int]] | None = None  # read_committed only
-
-    @property
-    def size(self) -> int:
-        return 0 if self.slice is None else self.slice.size
 
 
 class UnknownTopicOrPartitionError(KafkaError):
