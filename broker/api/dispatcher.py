@@ -9,11 +9,16 @@ is answered with UNSUPPORTED_VERSION where the response has a top-level error co
 otherwise closes the connection, which is what Kafka does when it cannot parse a request.
 
 Concurrency: one call per request on the event loop thread; handlers must do their
-order-sensitive synchronous work before their first ``await``.
+order-sensitive synchronous work before their first ``await``. The network layer starts
+each request eagerly, inside the socket's read callback (``broker.network.connection``):
+the APIs in :data:`EAGER_APIS` run their handler there, up to its first real suspension;
+every other request first yields a bare ``None``, so its handler runs in a task and may use
+what needs one (``asyncio.timeout``, the inter-broker client).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
@@ -40,7 +45,7 @@ from broker.api import (
     txn_partitions,
 )
 from broker.api.context import BrokerServices, RequestContext
-from broker.protocol import registry
+from broker.protocol import list_offsets_codec, registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import (
@@ -101,6 +106,58 @@ HANDLERS: dict[ApiKey, Handler] = {
 }
 assert set(HANDLERS) == set(registry.SUPPORTED_APIS), "registry and handlers disagree"
 
+# The hot paths whose handlers need no task before their first suspension (no
+# asyncio.timeout, TaskGroup or inter-broker client call on the way): they run eagerly.
+# Produce only without a transactional id (KIP-890 verification calls the coordinator).
+EAGER_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.PRODUCE})
+
+# Requests decoded by hand instead of by kio (see each codec's docstring for why).
+FAST_DECODERS: dict[ApiKey, Callable[[int, bytes, int], Any]] = {
+    ApiKey.LIST_OFFSETS: list_offsets_codec.decode_request,
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Route:
+    """What the dispatcher needs to know about one supported (api key, version)."""
+
+    name: str
+    handler: Handler
+    decode: Callable[[int, bytes, int], Any]
+    flexible_request: bool
+    flexible_response: bool
+    eager: bool
+
+
+def _kio_decoder(api_key: int) -> Callable[[int, bytes, int], Any]:
+    def decode(version: int, frame: bytes, pos: int) -> Any:
+        return registry.decode_request(api_key, version, frame, pos)
+
+    return decode
+
+
+_ROUTES: dict[tuple[int, int], _Route] = {}
+
+
+def _route(api_key: int, version: int) -> _Route | None:
+    """The route of a supported (api key, version), or None. Routes are cached, and only
+    for supported pairs (a client cannot grow the cache with made-up ones)."""
+    route = _ROUTES.get((api_key, version))
+    if route is not None:
+        return route
+    if not registry.is_supported(api_key, version):
+        return None
+    key = ApiKey(api_key)
+    route = _ROUTES[(api_key, version)] = _Route(
+        name=registry.SUPPORTED_APIS[key][0],
+        handler=HANDLERS[key],
+        decode=FAST_DECODERS.get(key) or _kio_decoder(api_key),
+        flexible_request=registry.is_flexible(api_key, version),
+        flexible_response=registry.response_uses_flexible_header(api_key, version),
+        eager=key in EAGER_APIS,
+    )
+    return route
+
 
 class Dispatcher:
     """The connection handler the network server calls for every request frame."""
@@ -122,33 +179,33 @@ class Dispatcher:
         except InvalidRequestError as exc:
             raise CloseConnection(f"malformed request header: {exc}") from exc
         api_key, version = header.api_key, header.api_version
-        if not registry.is_supported(api_key, version):
+        route = _route(api_key, version)
+        if route is None:
             return self._unsupported(header.correlation_id, api_key, version)
         try:
-            if registry.is_flexible(api_key, version):
+            if route.flexible_request:
                 pos = skip_tagged_fields(frame, pos)
-            request = registry.decode_request(api_key, version, frame, pos)
+            request = route.decode(version, frame, pos)
         except Exception as exc:
-            raise CloseConnection(
-                f"malformed {registry.SUPPORTED_APIS[ApiKey(api_key)][0]} v{version} request: {exc}"
-            ) from exc
+            raise CloseConnection(f"malformed {route.name} v{version} request: {exc}") from exc
         ctx = RequestContext(header, conn, self.services)
+        if not route.eager or (api_key == ApiKey.PRODUCE and request.transactional_id is not None):
+            await asyncio.sleep(0)  # a bare yield: the network layer continues it in a task
         try:
-            result = await HANDLERS[ApiKey(api_key)](ctx, request)
+            result = await route.handler(ctx, request)
         except CloseConnection:
             raise
         except Exception as exc:
-            log.exception(
-                "handler for %s v%d failed", registry.SUPPORTED_APIS[ApiKey(api_key)][0], version
-            )
+            log.exception("handler for %s v%d failed", route.name, version)
             raise CloseConnection(f"internal error: {exc}") from exc
         if result is None:
             return None
-        hdr = response_header(
-            header.correlation_id, registry.response_uses_flexible_header(api_key, version)
-        )
+        hdr = response_header(header.correlation_id, route.flexible_response)
         if isinstance(result, Response):
-            return Response([hdr, *result.chunks], len(hdr) + result.size)
+            chunks = result.chunks
+            if len(chunks) == 1 and isinstance(chunks[0], bytes):
+                return Response([hdr + chunks[0]], len(hdr) + result.size)
+            return Response([hdr, *chunks], len(hdr) + result.size)
         body = registry.encode(result)
         return Response([hdr + body], len(hdr) + len(body))
 

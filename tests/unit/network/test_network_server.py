@@ -130,7 +130,7 @@ def test_sendfile_now_sends_what_the_socket_takes_without_moving_the_file(
     position never moves (appends and other readers use it)."""
     import socket as socket_mod
 
-    from broker.network.server import _sendfile_now
+    from broker.network.server import sendfile_now as _sendfile_now
 
     data = os.urandom(8 << 20)
     path = tmp_path / "segment.log"
