@@ -10,25 +10,20 @@ verified with the transaction coordinator first (KIP-890, see
 
 from __future__ import annotations
 
-import datetime
 from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
-from broker.protocol import registry
-from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
+from broker.protocol.produce_codec import PartitionResult, encode_response
+from broker.protocol.response import Response
 from broker.replication.replica_manager import ProduceResult
 from broker.types import TopicPartition
-
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 if TYPE_CHECKING:
     from broker.protocol import messages
 
 
-async def handle(
-    ctx: RequestContext, request: messages.ProduceRequest
-) -> messages.ProduceResponse | None:
+async def handle(ctx: RequestContext, request: messages.ProduceRequest) -> Response | None:
     acks = int(request.acks)
     entries: dict[TopicPartition, bytes | None] = {}
     results: dict[TopicPartition, ProduceResult] = {}
@@ -54,31 +49,26 @@ async def handle(
     return build_response(ctx.version, request, results)
 
 
-def build_response(version: int, request: Any, results: dict[TopicPartition, ProduceResult]) -> Any:
-    cls = registry.response_class(ApiKey.PRODUCE, version)
-    topic_cls = registry.nested(cls, "TopicProduceResponse")
-    part_cls = registry.nested(cls, "PartitionProduceResponse")
+def build_response(
+    version: int, request: Any, results: dict[TopicPartition, ProduceResult]
+) -> Response:
+    """The response, in the request's topic and partition order (encoded by hand:
+    :mod:`broker.protocol.produce_codec`)."""
     topics = []
     for topic in request.topic_data:
         parts = []
         for part in topic.partition_data:
             r = results[TopicPartition(topic.name, int(part.index))]
-            append_time = (
-                None
-                if r.log_append_time < 0
-                else _EPOCH + datetime.timedelta(milliseconds=r.log_append_time)
-            )
             parts.append(
-                registry.build(
-                    part_cls,
-                    index=part.index,
-                    error_code=r.error,
-                    base_offset=r.base_offset,
-                    log_append_time=append_time,
-                    log_start_offset=r.log_start_offset,
-                    record_errors=(),
-                    error_message=r.error_message,
+                PartitionResult(
+                    int(part.index),
+                    r.error,
+                    r.base_offset,
+                    r.log_append_time,
+                    r.log_start_offset,
+                    r.error_message,
                 )
             )
-        topics.append(registry.build(topic_cls, name=topic.name, partition_responses=tuple(parts)))
-    return registry.build(cls, responses=tuple(topics), throttle_time=datetime.timedelta(0))
+        topics.append((str(topic.name), parts))
+    body = encode_response(version, topics)
+    return Response([body], len(body))
