@@ -12,8 +12,8 @@ Concurrency: one call per request on the event loop thread; handlers must do the
 order-sensitive synchronous work before their first ``await``. The network layer starts
 each request eagerly, inside the socket's read callback (``broker.network.connection``):
 the APIs in :data:`EAGER_APIS` run their handler there, up to its first real suspension;
-every other request first yields a bare ``None``, so its handler runs in a task and may use
-what needs one (``asyncio.timeout``, the inter-broker client).
+every other request started that way first yields a bare ``None``, so its handler runs in a
+task and may use what needs one (``asyncio.timeout``, the inter-broker client).
 """
 
 from __future__ import annotations
@@ -189,8 +189,12 @@ class Dispatcher:
         except Exception as exc:
             raise CloseConnection(f"malformed {route.name} v{version} request: {exc}") from exc
         ctx = RequestContext(header, conn, self.services)
-        if not route.eager or (api_key == ApiKey.PRODUCE and request.transactional_id is not None):
-            await asyncio.sleep(0)  # a bare yield: the network layer continues it in a task
+        if (
+            not route.eager or (api_key == ApiKey.PRODUCE and request.transactional_id is not None)
+        ) and asyncio.current_task() is None:
+            # started eagerly, outside any task, but must run in one: a bare yield, and the
+            # network layer continues it in a task (already in a task: nothing to do)
+            await asyncio.sleep(0)
         try:
             result = await route.handler(ctx, request)
         except CloseConnection:

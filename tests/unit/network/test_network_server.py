@@ -156,3 +156,123 @@ def test_sendfile_now_sends_what_the_socket_takes_without_moving_the_file(
         small.size = 4096  # type: ignore[misc]
         assert _sendfile_now(a.fileno(), small) == 4096
         assert b.recv(8192) == data[1000:5096]
+
+
+def test_eager_and_deferred_requests_take_effect_in_arrival_order() -> None:
+    """A request whose handler first yields a bare None (the dispatcher defers requests
+    that must run in a task) is not overtaken by a later request of the same read that
+    could have run eagerly: side effects happen in arrival order, responses in order."""
+    effects: list[bytes] = []
+
+    async def handler(conn: ConnectionInfo, frame: bytes) -> Response | None:
+        if frame.startswith(b"defer") and asyncio.current_task() is None:
+            await asyncio.sleep(0)  # the bare yield, as the dispatcher's
+        effects.append(frame)  # the order-sensitive synchronous work
+        if frame.endswith(b"wait"):
+            await asyncio.sleep(0.05)  # a real suspension after the work
+        return Response([frame], len(frame))
+
+    async def run() -> list[bytes]:
+        server = KafkaServer("127.0.0.1", 0, handler)
+        await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", server.port)
+            frames = [b"eager-1", b"defer-2", b"eager-3-wait", b"eager-4", b"defer-5", b"e6"]
+            w.write(b"".join(struct.pack(">i", len(f)) + f for f in frames))
+            got = [await asyncio.wait_for(_read(r), 5) for _ in frames]
+            w.close()
+            return got
+        finally:
+            await server.stop()
+
+    got = asyncio.run(run())
+    order = [b"eager-1", b"defer-2", b"eager-3-wait", b"eager-4", b"defer-5", b"e6"]
+    assert effects == order
+    assert got == order
+
+
+def test_handler_exception_from_an_awaited_future_closes_only_after_earlier_answers() -> None:
+    async def handler(conn: ConnectionInfo, frame: bytes) -> Response | None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if frame == b"boom":
+            asyncio.get_running_loop().call_later(0.01, fut.set_exception, RuntimeError("x"))
+        else:
+            asyncio.get_running_loop().call_later(0.01, fut.set_result, None)
+        await fut  # suspends: continued by the connection's task
+        return Response([frame], len(frame))
+
+    async def run() -> tuple[bytes, bytes]:
+        server = KafkaServer("127.0.0.1", 0, handler)
+        await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", server.port)
+            w.write(b"".join(struct.pack(">i", len(f)) + f for f in (b"ok", b"boom", b"no")))
+            first = await asyncio.wait_for(_read(r), 5)
+            rest = await asyncio.wait_for(r.read(), 5)
+            return first, rest
+        finally:
+            await server.stop()
+
+    assert asyncio.run(run()) == (b"ok", b"")
+
+
+def test_many_pipelined_requests_past_the_queue_limit_are_all_answered_in_order() -> None:
+    """At ``max_queued`` pending requests the connection stops reading (backpressure) and
+    resumes as responses leave; nothing is lost or reordered."""
+
+    async def run() -> list[bytes]:
+        r, w = await asyncio.open_connection("127.0.0.1", port_box[0])
+        payloads = [f"r{i:04d}".encode() for i in range(300)]
+        w.write(b"".join(_frame(i % 3, p) for i, p in enumerate(payloads)))
+        got = [await asyncio.wait_for(_read(r), 10) for _ in payloads]
+        w.close()
+        return got
+
+    port_box: list[int] = []
+
+    async def with_port(port: int) -> list[bytes]:
+        port_box.append(port)
+        return await run()
+
+    got = asyncio.run(_with_server(with_port, max_queued_requests=4))
+    assert got == [f"r{i:04d}".encode() for i in range(300)]
+
+
+def test_requests_sent_before_the_client_half_closes_are_answered() -> None:
+    async def run(port: int) -> list[bytes]:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(_frame(50, b"slow") + _frame(0, b"fast"))
+        w.write_eof()
+        got = [await asyncio.wait_for(_read(r), 5), await asyncio.wait_for(_read(r), 5)]
+        assert await asyncio.wait_for(r.read(), 5) == b""  # then the broker closes
+        return got
+
+    assert asyncio.run(_with_server(run)) == [b"slow", b"fast"]
+
+
+def test_resume_throws_a_cancellation_into_the_handler() -> None:
+    """Cancelling the task that continues an eagerly started handler (the connection went
+    away) cancels the handler where it waits, so its clean-up runs."""
+    from broker.network.connection import _resume
+
+    cleaned: list[str] = []
+
+    async def handler() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cleaned.append("cancelled")
+            raise
+        return "done"
+
+    async def run() -> None:
+        coro = handler()
+        yielded = coro.send(None)  # the eager first step: waits on sleep's future
+        task = asyncio.get_running_loop().create_task(_resume(coro, yielded))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    assert cleaned == ["cancelled"]
