@@ -342,6 +342,23 @@ def test_failed_delivery_fails_the_task(
     assert topic in text
 
 
+def test_rows_the_cluster_never_acknowledges_fail_the_task(
+    spark: Any, fmt: str, cluster: Any, topic_name: str
+) -> None:
+    """Rows accepted by the producer but refused by the broker until they time out
+    (acks=all into a topic whose min.insync.replicas its single replica cannot meet) fail
+    the task: the at-least-once writer asks for failure reports only, and counts them."""
+    topic = cluster.create_topic(topic_name, 1, {"min.insync.replicas": "2"})
+    df = spark.createDataFrame([(f"v{i}",) for i in range(50)], "value string")
+    with pytest.raises(PySparkException) as info:
+        df.coalesce(1).write.format(fmt).option(
+            "kafka.bootstrap.servers", cluster.bootstrap
+        ).option("topic", topic).option("kafka.message.timeout.ms", "3000").mode("append").save()
+    text = _error_text(info.value)
+    assert "50 of 50 rows were not acknowledged" in text
+    assert "timed out" in text  # librdkafka retried NOT_ENOUGH_REPLICAS until its timeout
+
+
 def test_unknown_producer_option_fails_with_a_clear_message(
     spark: Any, fmt: str, cluster: Any
 ) -> None:
