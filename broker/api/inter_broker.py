@@ -148,6 +148,7 @@ async def handle_update_metadata(
                 for p in parts
             ],
         )
+    cache.mark_initialized()
     return ib.UpdateMetadataResponse(error_code=ErrorCode.none)
 
 

@@ -4,6 +4,12 @@ Topics that do not exist are auto-created when ``auto.create.topics.enable`` is 
 request allows it (v4+ ``allow_auto_topic_creation``; always allowed before v4), with
 ``num.partitions`` and ``default.replication.factor``. A v0 request with an empty topic list,
 or a v1+ request with a null list, asks for every topic.
+
+A broker that has not yet heard from the controller (just started) waits up to
+:data:`INITIAL_METADATA_WAIT_S` for its first UpdateMetadata, and if it still has none
+answers a named topic it does not know with LEADER_NOT_AVAILABLE (retriable: "ask again"),
+not UNKNOWN_TOPIC_OR_PARTITION ("it does not exist", on which librdkafka fails every
+produce to the topic at once), and auto-creates nothing (the topic may well exist).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from broker.protocol.errors import ErrorCode, KafkaError
 if TYPE_CHECKING:
     from broker.protocol import messages
 
+INITIAL_METADATA_WAIT_S = 5.0
+
 
 async def handle(
     ctx: RequestContext, request: messages.MetadataRequest
@@ -33,6 +41,7 @@ async def handle(
     topic_cls = registry.nested(cls, "MetadataResponseTopic")
     part_cls = registry.nested(cls, "MetadataResponsePartition")
 
+    known = await cache.wait_initialized(INITIAL_METADATA_WAIT_S)
     requested = request.topics
     all_topics = requested is None or (version == 0 and len(requested) == 0)
     errors: dict[str, ErrorCode] = {}
@@ -50,7 +59,7 @@ async def handle(
                 names.append(str(name))
         allow_auto = getattr(request, "allow_auto_topic_creation", True)
         missing = [n for n in names if cache.topic(n) is None]
-        if missing and allow_auto and services.config["auto.create.topics.enable"]:
+        if missing and known and allow_auto and services.config["auto.create.topics.enable"]:
             for name in missing:
                 try:
                     validate_topic_name(name)
@@ -83,7 +92,12 @@ async def handle(
             topics.append(
                 registry.build(
                     topic_cls,
-                    error_code=errors.get(topic_name, ErrorCode.unknown_topic_or_partition),
+                    error_code=errors.get(
+                        topic_name,
+                        ErrorCode.unknown_topic_or_partition
+                        if known
+                        else ErrorCode.leader_not_available,
+                    ),
                     name=topic_name,
                     topic_id=None,
                     is_internal=False,

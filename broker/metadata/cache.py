@@ -5,12 +5,20 @@ also removes deleted topics); this broker's controller role also records the con
 it sees when it takes part in an election. Metadata, DescribeCluster, FindCoordinator and
 the admin handlers answer from it.
 
+Until the first UpdateMetadata arrives (a broker just started, or restarted faster than its
+old ZooKeeper session expired) the cache is empty but not *initialized*: it knows nothing,
+which is not the same as knowing that a topic does not exist. :meth:`wait_initialized`
+lets the Metadata handler wait a little for the controller rather than tell clients that
+their topic is gone (librdkafka then fails every produce to it at once).
+
 Concurrency: read and written only on the broker's event loop thread; values are immutable
 and replaced whole, so a handler that holds one never sees it change.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from dataclasses import dataclass, field
 
@@ -51,6 +59,23 @@ class MetadataCache:
         self.controller_id: int = -1
         self._brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, TopicInfo] = {}
+        self._initialized = asyncio.Event()
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the controller has sent this broker its view at least once."""
+        return self._initialized.is_set()
+
+    def mark_initialized(self) -> None:
+        self._initialized.set()
+
+    async def wait_initialized(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the first UpdateMetadata; returns whether it came."""
+        if not self._initialized.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._initialized.wait()
+        return self._initialized.is_set()
 
     # brokers
     def set_brokers(self, brokers: list[BrokerInfo]) -> None:
