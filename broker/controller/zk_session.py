@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -68,6 +69,10 @@ T = TypeVar("T")
 DEFAULT_SESSION_TIMEOUT_MS = 18_000  # Kafka's zookeeper.session.timeout.ms
 
 
+# How many times a request whose retry deadline passed is tried again while connected.
+PAUSED_RETRIES = 3
+
+
 class ZkSession:
     """One kazoo session driven from an asyncio event loop.
 
@@ -97,6 +102,8 @@ class ZkSession:
         self._hosts = hosts
         self._chroot = f"/{chroot}".rstrip("/") if chroot else ""
         self._closing = False
+        # set while kazoo is connected; read by worker threads retrying a request
+        self._connected_sync = threading.Event()
         self._retry = KazooRetry(
             max_tries=-1,
             delay=0.05,
@@ -236,6 +243,10 @@ class ZkSession:
         # kazoo's connection thread: no blocking calls here, just hop to the loop.
         sid: int | None = None
         if state == KazooState.CONNECTED:
+            self._connected_sync.set()
+        else:
+            self._connected_sync.clear()
+        if state == KazooState.CONNECTED:
             client_id = self._kz.client_id
             sid = client_id[0] if client_id else None
         self._post(self._state_queue.put_nowait, (state, sid))
@@ -316,21 +327,37 @@ class ZkSession:
         return await asyncio.to_thread(self._retrying, fn, *args)
 
     def _retrying(self, fn: Callable[..., T], *args: Any) -> T:
-        try:
-            result: T = self._retry.copy()(fn, *args)
-            return result
-        except (
-            RetryFailedError,
-            ConnectionClosedError,
-            ConnectionLoss,
-            SessionExpiredError,
-            OperationTimeoutError,
-        ) as exc:
-            raise ZkConnectionError(
-                f"ZooKeeper {self.connect} unavailable ({type(exc).__name__}: {exc})"
-            ) from exc
-        except KazooException as exc:
-            raise ZkError(f"ZooKeeper {self.connect}: {type(exc).__name__}: {exc}") from exc
+        for again in range(PAUSED_RETRIES + 1):
+            try:
+                result: T = self._retry.copy()(fn, *args)
+                return result
+            except RetryFailedError as exc:
+                # The retry deadline is wall-clock time: a process paused (SIGSTOP, a frozen
+                # VM) past it wakes up to find its deadline gone and the client connected
+                # again (on a new session). As Kafka's ZooKeeper client retries a request
+                # until connected, try again while the connection is back.
+                if (
+                    again < PAUSED_RETRIES
+                    and not self._closing
+                    and self._connected_sync.wait(self.connection_timeout_ms / 1000.0)
+                ):
+                    log.warning("ZooKeeper request outlived its retry deadline; retrying")
+                    continue
+                raise ZkConnectionError(
+                    f"ZooKeeper {self.connect} unavailable ({type(exc).__name__}: {exc})"
+                ) from exc
+            except (
+                ConnectionClosedError,
+                ConnectionLoss,
+                SessionExpiredError,
+                OperationTimeoutError,
+            ) as exc:
+                raise ZkConnectionError(
+                    f"ZooKeeper {self.connect} unavailable ({type(exc).__name__}: {exc})"
+                ) from exc
+            except KazooException as exc:
+                raise ZkError(f"ZooKeeper {self.connect}: {type(exc).__name__}: {exc}") from exc
+        raise AssertionError("unreachable")
 
     def _current_session_sync(self) -> int:
         client_id = self._kz.client_id

@@ -784,3 +784,29 @@ def test_cluster_up_with_no_brokers_and_functions_api(cluster_dir: Path) -> None
     assert down["state"] == "down"
     assert not pid_alive(info["zookeeper_pid"])
     assert cluster.cluster_down(cluster_dir / "nothing-here", progress=None) == {}
+
+
+def test_a_request_that_outlives_its_retry_deadline_is_retried_once_connected(
+    zk_connect: str,
+) -> None:
+    """A broker paused (SIGSTOP) longer than its request retry deadline wakes up to a
+    connected client and an expired deadline: the request is tried again, not failed
+    (found by the fault harness: a broker paused during start-up exited with
+    "RetryFailedError: Too many retry attempts")."""
+    from kazoo.exceptions import ConnectionLoss
+
+    async def body() -> None:
+        async with ZkClient(zk_connect, session_timeout_ms=2000) as client:
+            calls: list[int] = []
+
+            def flaky() -> str:
+                calls.append(1)
+                if len(calls) == 1:
+                    time.sleep(2.5)  # the "pause": past the 2 s retry deadline
+                    raise ConnectionLoss()
+                return "done"
+
+            assert await client._run(flaky) == "done"
+            assert len(calls) == 2
+
+    run(body())
