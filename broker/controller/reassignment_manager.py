@@ -145,7 +145,7 @@ class ReassignmentManager:
         if a.is_being_reassigned and not all(r in st.isr for r in target):
             return
         removed = [r for r in a.replicas if r not in target]
-        live = ctx.live_ids()
+        live = ctx.online_ids(tp)
 
         def finish(st: znodes.PartitionState) -> znodes.PartitionState | None:
             isr = [r for r in st.isr if r in target]
