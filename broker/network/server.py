@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -38,6 +39,15 @@ __all__ = ["Chunk", "CloseConnection", "ConnectionInfo", "FileRegion", "KafkaSer
 log = logging.getLogger(__name__)
 
 
+def _fileno(file: Any) -> int:
+    """The descriptor of a segment file a response holds; ``OSError`` (EBADF), which closes
+    the connection, if the log was closed meanwhile (its directory failed, or its topic was
+    deleted) instead of the ``ValueError`` a closed Python file raises."""
+    if file.closed:
+        raise OSError(errno.EBADF, "the segment file was closed")
+    return int(file.fileno())
+
+
 def _sendfile_now(sock_fd: int, region: FileRegion) -> int:
     """Send as much of ``region`` as the socket takes right now (``os.sendfile`` with an
     explicit offset: the shared file's position never moves); returns the bytes sent.
@@ -47,7 +57,7 @@ def _sendfile_now(sock_fd: int, region: FileRegion) -> int:
     the transport to drain, registers a writer callback and waits for one more event-loop
     wake-up even when everything went out at once. Only called when the transport holds no
     unsent bytes, so nothing is reordered."""
-    fd = region.file.fileno()
+    fd = _fileno(region.file)
     sent = 0
     try:
         while sent < region.size:
@@ -67,7 +77,7 @@ class _RegionFile:
     mode = "rb"
 
     def __init__(self, file: Any) -> None:
-        self._fd = file.fileno()
+        self._fd = _fileno(file)
         self._pos = 0
 
     def fileno(self) -> int:
