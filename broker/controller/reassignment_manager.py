@@ -128,7 +128,11 @@ class ReassignmentManager:
             return driver.new_state(st.leader, st.leader_epoch + 1, st.isr)
 
         if await driver.update(tp, bump):
-            self.requests.leader_and_isr([tp], new=[])
+            # the adding replicas are new (as Kafka's NewReplica: a broker may create their
+            # log even while one of its log dirs is offline); the others are not
+            adding = ctx.assignments[tp].adding
+            self.requests.leader_and_isr([tp], exclude=adding)
+            self.requests.leader_and_isr([tp], only=adding, new=[tp])
             self.requests.update_metadata([tp])
         await self.maybe_complete(tp)
 

@@ -164,3 +164,22 @@ async def test_a_new_controller_finds_offline_replicas_by_itself(cluster: Cluste
     st = await cluster.state(T0)
     assert (st.leader, st.isr) == (2, (2,))
     assert await cluster.any_zk().get_log_dir_event_notifications() == {}
+
+
+@cluster_test()
+async def test_a_reassignment_tells_only_its_new_replicas_they_are_new(cluster: Cluster) -> None:
+    """``is_new`` lets a broker create the log although one of its log dirs is offline (the
+    log cannot be there); it must not be set for replicas that already exist, whose log may
+    be in the offline dir (a second, empty copy would be created elsewhere)."""
+    await cluster.create_topic("t", {0: [1, 2]})
+    first = len(cluster.sent)
+    await cluster.active.alter_partition_reassignments({T0: [1, 2, 3]})
+    await cluster.settle()
+    is_new: dict[int, set[bool]] = {}
+    for s in cluster.sent[first:]:
+        if s.api_key == LEADER_AND_ISR[0]:
+            for t in s.request.topic_states:
+                for p in t.partition_states:
+                    is_new.setdefault(s.broker_id, set()).add(bool(p.is_new))
+    assert is_new[3] == {True}
+    assert is_new[1] == {False} and is_new[2] == {False}
