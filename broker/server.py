@@ -8,6 +8,13 @@ while the broker was down); open the listeners; register the ephemeral
 this broker its partitions (LeaderAndIsr) and the cluster metadata (UpdateMetadata); run the
 controller election; start the periodic tasks (retention, flush, checkpoints, ISR checks).
 
+A log directory that fails (an I/O error: disk full, EIO, read-only file system) goes
+offline without stopping the broker (KIP-112; see :mod:`broker.log.log_dir_failure`): its
+partitions stop here and the broker writes ``/log_dir_event_notification/log_dir_event_<seq>``
+so the controller moves them elsewhere. When every log directory has failed the broker shuts
+down (Kafka halts): no controlled shutdown (it leads nothing any more), nothing written to
+the failed directories, and ``exit_reason`` says why (``millrace broker start`` exits 1).
+
 Shutdown (SIGTERM or SIGINT): first a *controlled shutdown* (``controlled.shutdown.enable``):
 ask the controller (ControlledShutdown) to move leadership away and stop this broker's
 followers, retrying ``controlled.shutdown.max.retries`` times; then stop accepting and close
@@ -43,6 +50,7 @@ from broker.coordinator.transaction.coordinator import TransactionCoordinator
 from broker.coordinator.transaction.markers import TransactionMarkerChannel
 from broker.coordinator.transaction.verifier import TransactionVerifier
 from broker.log.cleaner.manager import CleanerSettings, LogCleaner
+from broker.log.log_dir_failure import LogDirFailureChannel
 from broker.log.log_manager import LogManager
 from broker.metadata.cache import MetadataCache
 from broker.metadata.topic_configs import TopicConfigManager
@@ -81,6 +89,11 @@ class Broker:
         self.broker_pool: BrokerPool | None = None
         self.forwarding_pool: BrokerPool | None = None
         self.log_cleaner: LogCleaner | None = None
+        self.log_dir_failures = LogDirFailureChannel()
+        """Where this broker's log directories go offline (KIP-112)."""
+        self.exit_reason: str | None = None
+        """Set when the broker stops by itself (every log directory failed)."""
+        self._fatal = asyncio.Event()
 
     async def start(self) -> None:
         cfg = self.config
@@ -104,6 +117,7 @@ class Broker:
             clock=self.clock,
             broker_id=self.broker_id,
             cluster_id=cluster_id,
+            failure_channel=self.log_dir_failures,
         )
         await asyncio.to_thread(self.log_manager.startup, topic_configs.log_config_for)
         await self._delete_stray_logs()
@@ -114,6 +128,8 @@ class Broker:
             clock=self.clock,
             broker_id=self.broker_id,
             alter_isr=self._alter_isr,
+            log_dir_event=self._propagate_log_dir_event,
+            on_all_log_dirs_offline=self._halt,
         )
         topic_configs.add_listener(self.replica_manager.update_log_config)
         metadata = MetadataCache(cluster_id)
@@ -259,6 +275,19 @@ class Broker:
             await self.zk.add_isr_change_notification([tp])
         return version
 
+    async def _propagate_log_dir_event(self) -> None:
+        """A log directory of this broker failed: tell the controller (Kafka's
+        ``propagateLogDirEvent``)."""
+        assert self.zk is not None
+        name = await self.zk.propagate_log_dir_event(self.broker_id)
+        log.info("wrote log dir event notification %s", name)
+
+    def _halt(self, reason: str) -> None:
+        """Stop the broker because it cannot go on (every log directory failed)."""
+        if self.exit_reason is None:
+            self.exit_reason = reason
+        self._fatal.set()
+
     async def _delete_stray_logs(self) -> None:
         """Logs of topics that no longer exist, or of partitions not assigned here."""
         assert self.log_manager is not None and self.zk is not None
@@ -310,8 +339,16 @@ class Broker:
         return self.servers[0].port if self.servers else -1
 
     async def shutdown(self) -> None:
-        log.info("broker %d shutting down", self.broker_id)
-        if self.config["controlled.shutdown.enable"] and self.controller is not None:
+        log.info(
+            "broker %d shutting down%s",
+            self.broker_id,
+            f" ({self.exit_reason})" if self.exit_reason else "",
+        )
+        if (
+            self.config["controlled.shutdown.enable"]
+            and self.controller is not None
+            and self.exit_reason is None
+        ):
             try:
                 await self._controlled_shutdown()
             except Exception:
@@ -429,9 +466,19 @@ class Broker:
             await asyncio.sleep(0.01)
 
     async def run_until(self, stop: asyncio.Event) -> None:
+        """Start, run until ``stop`` is set or the broker must stop by itself
+        (``exit_reason``), then shut down."""
         try:
             await self.start()
-            await stop.wait()
+            waits = [
+                asyncio.create_task(stop.wait(), name="stop-signal"),
+                asyncio.create_task(self._fatal.wait(), name="fatal-error"),
+            ]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in waits:
+                    task.cancel()
         finally:
             await self.shutdown()
 

@@ -1,5 +1,6 @@
 """``millrace broker start --config FILE [--set key=value ...]``: run a broker in the
-foreground until SIGTERM or SIGINT, then shut down cleanly."""
+foreground until SIGTERM or SIGINT, then shut down cleanly (exit code 0). A broker that
+stops by itself (every log directory failed) exits with code 1 and says why on stderr."""
 
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return fail(_PROG, str(exc), code=2)
 
+    broker = Broker(config)
+
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -71,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         gc_policy.install()
         refresher = loop.create_task(_refresh_gc(), name="gc-refresh")
         try:
-            await Broker(config).run_until(stop)
+            await broker.run_until(stop)
         finally:
             refresher.cancel()
 
@@ -79,8 +82,11 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(main())
     except Exception as exc:
         from broker.controller.zk_client import ZkError
+        from broker.log.errors import KafkaStorageError
 
-        if isinstance(exc, ZkError | ConfigError | OSError):
+        if isinstance(exc, ZkError | ConfigError | OSError | KafkaStorageError):
             return fail(_PROG, str(exc))
         raise
+    if broker.exit_reason is not None:
+        return fail(_PROG, f"broker {broker.broker_id} stopped: {broker.exit_reason}")
     return 0

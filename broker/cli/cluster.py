@@ -125,6 +125,15 @@ def _write_server_properties(
     path.write_text("\n".join(lines) + "\n")
 
 
+def _log_dirs_of(bdir: Path, data_dir: Path, overrides: Mapping[str, str]) -> list[str]:
+    """The broker's log dirs as ``cluster.json`` records them: those of ``--set log.dirs``
+    (a relative entry is relative to the broker's directory, its working directory), else
+    its own ``data`` directory."""
+    raw = overrides.get("log.dirs", "")
+    dirs = [d.strip() for d in raw.split(",") if d.strip()]
+    return [str(bdir / d) for d in dirs] if dirs else [str(data_dir)]
+
+
 def _validate_overrides(overrides: Mapping[str, str], zk_connect: str) -> None:
     from broker.config import BrokerConfig
     from broker.config_def import ConfigError
@@ -247,7 +256,7 @@ def cluster_up(
                     "host": HOST,
                     "port": port,
                     "pid": proc.pid,
-                    "log_dirs": [str(data_dir)],
+                    "log_dirs": _log_dirs_of(bdir, data_dir, overrides),
                     "config": str(config),
                     "out": str(out_files[broker_id]),
                 }

@@ -5,8 +5,11 @@ events: live brokers with their epochs (the czxid of ``/brokers/ids/<id>``, whic
 restarted broker from the old one), brokers in controlled shutdown, topic ids and the
 version of each topic znode, every partition's replica assignment (with in-flight
 reassignment) and its leader/ISR state with the version of its state znode (for conditional
-updates), the topics being deleted, and (as in Kafka) the partition and replica states of
-the state machines. One context lives as long as the controller; :meth:`reset` empties it
+updates), the topics being deleted, the replicas in offline log directories of live brokers
+(KIP-112: learnt from LeaderAndIsr responses with KAFKA_STORAGE_ERROR, forgotten when the
+broker stops or restarts), and (as in Kafka) the partition and replica states of the state
+machines. A replica is *online* when its broker is live and it is not in an offline log
+directory; only online replicas are elected, stay in the ISR, and get LeaderAndIsr. One context lives as long as the controller; :meth:`reset` empties it
 when the broker becomes controller or resigns.
 
 Concurrency: owned by the controller's event task; only events read or change it.
@@ -38,6 +41,7 @@ class ControllerContext:
     states: dict[TopicPartition, znodes.PartitionState] = field(default_factory=dict)
     state_versions: dict[TopicPartition, int] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
+    replicas_on_offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
     partition_states: PartitionStateMachine = field(default_factory=PartitionStateMachine)
     replica_states: ReplicaStateMachine = field(default_factory=ReplicaStateMachine)
 
@@ -53,6 +57,25 @@ class ControllerContext:
 
     def live_or_shutting_down(self) -> set[int]:
         return set(self.live_brokers)
+
+    def is_replica_online(
+        self, broker_id: int, tp: TopicPartition, *, include_shutting_down: bool = False
+    ) -> bool:
+        """Kafka's ``isReplicaOnline``: the broker is live (not shutting down, unless
+        ``include_shutting_down``) and the replica is not in an offline log directory."""
+        live = broker_id in self.live_brokers and (
+            include_shutting_down or broker_id not in self.shutting_down
+        )
+        return live and tp not in self.replicas_on_offline_dirs.get(broker_id, ())
+
+    def online_ids(self, tp: TopicPartition) -> set[int]:
+        """The brokers whose replica of ``tp`` is online (eligible as leader, kept in the
+        ISR): ``live_ids()`` without those holding ``tp`` in an offline log directory."""
+        live = self.live_ids()
+        offline = self.replicas_on_offline_dirs
+        if not offline:
+            return live
+        return {b for b in live if tp not in offline.get(b, ())}
 
     def partitions_of(self, topic: str) -> list[TopicPartition]:
         return sorted(tp for tp in self.assignments if tp.topic == topic)

@@ -41,6 +41,11 @@ partitions, and elects the partitions still new or offline. A controlled shutdow
 (ControlledShutdown request) moves leadership away first and stops the broker's follower
 replicas, so producers see NOT_LEADER_OR_FOLLOWER at once.
 
+A log directory failure (KIP-112, ``log_dir_failures.py``) reaches the controller as a
+``/log_dir_event_notification`` znode; every LeaderAndIsr response is read for
+KAFKA_STORAGE_ERROR, and the replicas in offline directories lose leadership and ISR
+membership as replicas of a dead broker would.
+
 Topic-config overrides are not the controller's: they belong to the broker's
 :class:`~broker.metadata.topic_configs.TopicConfigManager`, which the controller asks for a
 topic's ``unclean.leader.election.enable`` and tells about topics it creates and deletes.
@@ -55,6 +60,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from broker.config import BrokerConfig
 from broker.controller import znodes
@@ -72,8 +78,10 @@ from broker.controller.events import (
     DeleteTopic,
     ElectLeaders,
     IsrChangeNotification,
+    LeaderAndIsrResponseReceived,
     LeaderImbalanceCheck,
     ListReassignments,
+    LogDirEventNotification,
     OngoingReassignments,
     PartitionResults,
     Reelect,
@@ -83,6 +91,7 @@ from broker.controller.events import (
     TopicDeletionRequest,
 )
 from broker.controller.leader_changes import LeaderChanges
+from broker.controller.log_dir_failures import LogDirFailures
 from broker.controller.reassignment_manager import ReassignmentManager
 from broker.controller.requests import ControllerRequestSender
 from broker.controller.state_driver import StateDriver
@@ -132,6 +141,8 @@ class Controller:
         self.ctx = ControllerContext()
         self.requests = ControllerRequestSender(self.ctx, broker_id)
         self.driver = StateDriver(self.ctx, zk, topic_configs, broker_id)
+        self.log_dir_failures = LogDirFailures(self.ctx, zk, self.driver, self.requests)
+        self.requests.on_leader_and_isr_response = self._leader_and_isr_answered
         self.deletion = TopicDeletionManager(
             self.ctx, zk, self.driver, self.requests, topic_configs
         )
@@ -170,6 +181,9 @@ class Controller:
         await self.zk.watch_topics(lambda _names: put(TopicChange()))
         await self.zk.watch_topics_marked_for_deletion(lambda _names: put(TopicDeletionRequest()))
         await self.zk.watch_isr_change_notifications(lambda _names: put(IsrChangeNotification()))
+        await self.zk.watch_log_dir_event_notifications(
+            lambda _names: put(LogDirEventNotification())
+        )
         await self.events.call(Startup())
 
     async def shutdown(self) -> None:
@@ -220,6 +234,12 @@ class Controller:
                     await self.deletion.on_deletion_requests()
             case IsrChangeNotification():
                 await self._on_isr_change_notifications()
+            case LogDirEventNotification():
+                if self.is_active:
+                    await self.log_dir_failures.on_notifications()
+            case LeaderAndIsrResponseReceived():
+                if self.is_active:
+                    await self.log_dir_failures.on_leader_and_isr_response(event)
             case LeaderImbalanceCheck():
                 if self.is_active:
                     await self.leaders.rebalance()
@@ -294,6 +314,7 @@ class Controller:
         for name in await self.zk.get_all_topics():
             await self.driver.load_topic(name)
         ctx.deleting = set(await self.zk.get_topics_marked_for_deletion()) & set(ctx.topic_ids)
+        await self.log_dir_failures.drop_pending_notifications()
         # new partitions and partitions whose leader is gone get a leader; dead brokers
         # leave the ISR of the others
         await self.driver.trigger_online()
@@ -352,6 +373,8 @@ class Controller:
         if not self.is_active:
             return
         new, dead = await self._refresh_live_brokers()
+        for broker_id in new | dead:  # a restarted broker reports its offline dirs again
+            self.ctx.replicas_on_offline_dirs.pop(broker_id, None)
         if dead:
             log.info("controller: brokers %s failed", sorted(dead))
             await self._on_brokers_failure(dead)
@@ -380,7 +403,10 @@ class Controller:
         )
         changed = sorted({*elected, *shrunk})
         self.requests.leader_and_isr(changed + initialized, new=initialized)
-        self.requests.update_metadata(changed + initialized)
+        # as Kafka's OfflineReplica transitions: every partition with a replica on a dead
+        # broker, so its offline replicas are current everywhere
+        hosted = {tp for tp, a in ctx.assignments.items() if any(r in dead for r in a.replicas)}
+        self.requests.update_metadata(sorted(hosted | {*changed, *initialized}))
 
     async def _on_brokers_startup(self, new: set[int]) -> None:
         ctx = self.ctx
@@ -396,12 +422,21 @@ class Controller:
         self.requests.leader_and_isr(
             [tp for tp in hosted if tp not in changed], only=new, new=initialized
         )
-        self.requests.update_metadata(changed + initialized)
+        # as Kafka's OnlineReplica transitions: the new broker's replicas are online again
+        self.requests.update_metadata(sorted({*changed, *initialized, *hosted}))
         await self.deletion.resume()
 
     # ======================================================================================
     # ISR changes written by leaders
     # ======================================================================================
+
+    def _leader_and_isr_answered(self, broker_id: int, response: Any) -> None:
+        """The channel's callback for each LeaderAndIsr response (on the event loop): queued
+        as an event when it may tell about offline log directories."""
+        if self.is_active:
+            event = self.log_dir_failures.response_event(broker_id, response)
+            if event is not None:
+                self.events.put(event)
 
     async def _on_isr_change_notifications(self) -> None:
         if not self.is_active:

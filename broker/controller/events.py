@@ -94,6 +94,21 @@ class IsrChangeNotification(ControllerEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class LogDirEventNotification(ControllerEvent):
+    """``/log_dir_event_notification`` changed: a broker's log directory failed (KIP-112)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrResponseReceived(ControllerEvent):
+    """A broker answered a LeaderAndIsr request: ``errors`` per partition (the ones with
+    KAFKA_STORAGE_ERROR are in an offline log directory); ``error`` is the top-level code."""
+
+    broker_id: int
+    error: ErrorCode
+    errors: Mapping[TopicPartition, ErrorCode]
+
+
+@dataclass(frozen=True, slots=True)
 class LeaderImbalanceCheck(ControllerEvent):
     """The periodic ``auto.leader.rebalance.enable`` check."""
 
@@ -172,8 +187,10 @@ __all__ = [
     "DeleteTopic",
     "ElectLeaders",
     "IsrChangeNotification",
+    "LeaderAndIsrResponseReceived",
     "LeaderImbalanceCheck",
     "ListReassignments",
+    "LogDirEventNotification",
     "OngoingReassignments",
     "PartitionResults",
     "Reelect",

@@ -69,7 +69,7 @@ class LeaderChanges:
                 )
                 continue
             a = ctx.assignments[tp]
-            live = ctx.live_ids()
+            live = ctx.online_ids(tp)
             if election_type == 0:
                 if st.leader == a.replicas[0]:
                     results[tp] = (ErrorCode.election_not_needed, None)
@@ -163,10 +163,12 @@ class LeaderChanges:
             if st.leader == broker_id:
 
                 def move_leader(
-                    st: znodes.PartitionState, replicas: tuple[int, ...] = a.replicas
+                    st: znodes.PartitionState,
+                    replicas: tuple[int, ...] = a.replicas,
+                    tp: TopicPartition = tp,
                 ) -> znodes.PartitionState | None:
                     res = election.controlled_shutdown_leader(
-                        replicas, st.isr, ctx.live_ids(), ctx.shutting_down
+                        replicas, st.isr, ctx.online_ids(tp), ctx.shutting_down
                     )
                     if res.leader is None:
                         return None

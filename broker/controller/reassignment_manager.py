@@ -128,7 +128,11 @@ class ReassignmentManager:
             return driver.new_state(st.leader, st.leader_epoch + 1, st.isr)
 
         if await driver.update(tp, bump):
-            self.requests.leader_and_isr([tp], new=[])
+            # the adding replicas are new (as Kafka's NewReplica: a broker may create their
+            # log even while one of its log dirs is offline); the others are not
+            adding = ctx.assignments[tp].adding
+            self.requests.leader_and_isr([tp], exclude=adding)
+            self.requests.leader_and_isr([tp], only=adding, new=[tp])
             self.requests.update_metadata([tp])
         await self.maybe_complete(tp)
 
@@ -145,7 +149,7 @@ class ReassignmentManager:
         if a.is_being_reassigned and not all(r in st.isr for r in target):
             return
         removed = [r for r in a.replicas if r not in target]
-        live = ctx.live_ids()
+        live = ctx.online_ids(tp)
 
         def finish(st: znodes.PartitionState) -> znodes.PartitionState | None:
             isr = [r for r in st.isr if r in target]

@@ -1,11 +1,14 @@
 """Building the controller's requests to brokers from the controller context.
 
-LeaderAndIsr (v5) goes to the live replicas of the partitions whose leadership or replica
-set changed, one request per broker with the leaders' addresses; StopReplica (v3) stops (and
-optionally deletes) replicas on one broker; UpdateMetadata (v7) carries every live broker
-and the changed partitions (leader -1 when the leader is not live, the replicas that are
-offline), and marks deleted topics with leader -2 (``LeaderDuringDelete``). Every request
-carries the controller id and epoch and the target broker's epoch.
+LeaderAndIsr (v5) goes to the online replicas (live broker, not in an offline log
+directory) of the partitions whose leadership or replica set changed, one request per broker
+with the leaders' addresses; StopReplica (v3) stops (and optionally deletes) replicas on one
+broker; UpdateMetadata (v7) carries every live broker and the changed partitions (leader -1
+when the leader is not live, the replicas that are offline: on a dead broker or in an offline
+log directory), and marks deleted topics with leader -2 (``LeaderDuringDelete``). Every
+request carries the controller id and epoch and the target broker's epoch. The responses to
+LeaderAndIsr go to the sender's ``on_leader_and_isr_response`` (the controller learns from
+them which replicas are in offline log directories, KIP-112).
 
 The builders are pure functions: they read the context and return ``(broker_id, (api_key,
 version), request)`` triples. :class:`ControllerRequestSender` builds and queues them on the
@@ -16,7 +19,8 @@ Concurrency: event loop only (the controller's event task).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from broker.controller.channel import RequestChannel
@@ -62,12 +66,16 @@ def leader_and_isr_requests(
     only: Iterable[int] | None = None,
     exclude: Iterable[int] = (),
     new: Iterable[TopicPartition] = (),
+    include_offline_dirs: bool = False,
 ) -> list[Outgoing]:
-    """LeaderAndIsr for ``partitions`` to their live replicas (optionally limited)."""
+    """LeaderAndIsr for ``partitions`` to their live replicas (optionally limited), except
+    replicas in offline log directories unless ``include_offline_dirs`` (the controller's
+    probe after a log-dir event asks them all)."""
     out: list[Outgoing] = []
     only_set = set(only) if only is not None else None
     excluded = set(exclude)
     new_set = set(new)
+    offline_dirs = ctx.replicas_on_offline_dirs
     per_broker: dict[int, dict[str, list[Any]]] = {}
     for tp in partitions:
         if tp not in ctx.states or tp not in ctx.assignments:
@@ -76,6 +84,8 @@ def leader_and_isr_requests(
             if r not in ctx.live_brokers or r in excluded:
                 continue
             if only_set is not None and r not in only_set:
+                continue
+            if not include_offline_dirs and tp in offline_dirs.get(r, ()):
                 continue
             per_broker.setdefault(r, {}).setdefault(tp.topic, []).append(
                 _partition_state_entry(ctx, tp, is_new=tp in new_set)
@@ -173,7 +183,11 @@ def update_metadata_requests(
                 isr=tuple(st.isr),
                 zk_version=ctx.state_versions.get(tp, 0),
                 replicas=a.replicas,
-                offline_replicas=tuple(r for r in a.replicas if r not in live),
+                offline_replicas=tuple(
+                    r
+                    for r in a.replicas
+                    if not ctx.is_replica_online(r, tp, include_shutting_down=True)
+                ),
             )
         )
     for tp in deleted:
@@ -228,11 +242,16 @@ class ControllerRequestSender:
         self.ctx = ctx
         self.controller_id = controller_id
         self.channel: RequestChannel | None = None
+        self.on_leader_and_isr_response: Callable[[int, Any], None] | None = None
+        """Called with (broker id, response) for every answered LeaderAndIsr."""
 
     def _deliver(self, outgoing: list[Outgoing]) -> None:
         if self.channel is not None:
             for broker_id, (api_key, version), request in outgoing:
-                self.channel.send(broker_id, api_key, version, request)
+                callback = None
+                if api_key == LEADER_AND_ISR[0] and self.on_leader_and_isr_response is not None:
+                    callback = functools.partial(self.on_leader_and_isr_response, broker_id)
+                self.channel.send(broker_id, api_key, version, request, callback)
 
     def leader_and_isr(
         self,
@@ -241,10 +260,17 @@ class ControllerRequestSender:
         only: Iterable[int] | None = None,
         exclude: Iterable[int] = (),
         new: Iterable[TopicPartition] = (),
+        include_offline_dirs: bool = False,
     ) -> None:
         self._deliver(
             leader_and_isr_requests(
-                self.ctx, self.controller_id, partitions, only=only, exclude=exclude, new=new
+                self.ctx,
+                self.controller_id,
+                partitions,
+                only=only,
+                exclude=exclude,
+                new=new,
+                include_offline_dirs=include_offline_dirs,
             )
         )
 

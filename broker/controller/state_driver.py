@@ -13,8 +13,11 @@ decisions:
   replica as leader and the live replicas as ISR (state znodes created); an offline one gets
   the offline-partition election of ``election.py`` (first live in-sync replica; unclean
   election if the topic allows it; leader -1 with the ISR kept when nobody is eligible, and
-  the partition stays offline). A broker failure first moves the partitions it led to
-  ``OfflinePartition`` (:meth:`StateDriver.mark_offline`), then triggers the election;
+  the partition stays offline). A broker failure, or a log directory failure (KIP-112),
+  first moves the partitions whose leader replica went offline to ``OfflinePartition``
+  (:meth:`StateDriver.mark_offline`), then triggers the election. Only *online* replicas
+  (live broker, not in an offline log directory: ``ControllerContext.online_ids``) are
+  elected and kept in the ISR;
 * every leader/ISR write (:meth:`StateDriver.update`) is checked against the machine
   *before* ZooKeeper is touched, and records the new state (``OnlinePartition`` with a
   leader, ``OfflinePartition`` without) after the conditional write succeeded.
@@ -241,7 +244,8 @@ class StateDriver:
         for tp in sorted(partitions):
             if not self._legal(tp, PartitionState.OnlinePartition):
                 continue
-            live = [r for r in ctx.assignments[tp].replicas if r in ctx.live_ids()]
+            online = ctx.online_ids(tp)
+            live = [r for r in ctx.assignments[tp].replicas if r in online]
             if not live:
                 log.warning("%s: no live replica; the partition stays offline for now", tp)
                 continue
@@ -284,9 +288,10 @@ class StateDriver:
         return changed
 
     async def remove_from_isr(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
-        """Drop the replicas that are not live (or are shutting down) from the ISR of the
-        partitions whose leader is live; topics being deleted are skipped. Returns the
-        partitions written."""
+        """Drop the replicas that are not online (broker dead or shutting down, or replica in
+        an offline log directory) from the ISR of the partitions whose leader's broker is
+        live (a leader whose replica is offline is replaced); topics being deleted are
+        skipped. Returns the partitions written."""
         ctx = self.ctx
         live = ctx.live_ids()
         eligible = [
@@ -317,10 +322,11 @@ class StateDriver:
     def _elect_or_shrink(
         self, tp: TopicPartition, st: znodes.PartitionState
     ) -> znodes.PartitionState | None:
-        """Leader not live: offline-partition election (leader -1 when nobody is eligible).
-        Leader live: the ISR without the brokers that are not live. None: nothing changes."""
+        """Leader not online: offline-partition election among the online replicas (leader
+        -1 when nobody is eligible). Leader online: the ISR without the replicas that are not
+        online. None: nothing changes."""
         ctx = self.ctx
-        live = ctx.live_ids()
+        live = ctx.online_ids(tp)
         assignment = ctx.assignments[tp].replicas
         if st.leader not in live:
             res = election.offline_partition_leader(
@@ -344,11 +350,12 @@ class StateDriver:
 
     def _state_of(self, tp: TopicPartition) -> PartitionState:
         """The partition's state as the context shows it (online while its leader's broker
-        is registered, even if it is shutting down)."""
+        is registered, even if it is shutting down, and its replica is not in an offline log
+        directory)."""
         st = self.ctx.states.get(tp)
         if st is None:
             return PartitionState.NewPartition
-        if st.leader in self.ctx.live_brokers:
+        if self.ctx.is_replica_online(st.leader, tp, include_shutting_down=True):
             return PartitionState.OnlinePartition
         return PartitionState.OfflinePartition
 

@@ -240,6 +240,17 @@ class ZkOperations(Protocol):
 
     async def delete_isr_change_notifications(self, names: Iterable[str]) -> None: ...
 
+    # --- log-dir event notifications (KIP-112)
+    async def propagate_log_dir_event(self, broker_id: int) -> str: ...
+
+    async def watch_log_dir_event_notifications(
+        self, callback: Callable[[list[str]], None]
+    ) -> WatchHandle: ...
+
+    async def get_log_dir_event_notifications(self) -> dict[str, int]: ...
+
+    async def delete_log_dir_event_notifications(self, names: Iterable[str]) -> None: ...
+
 
 __all__ = [
     "BrokerIdAlreadyRegisteredError",

@@ -1,5 +1,6 @@
 """Kafka's ZooKeeper operations on topics: assignments, partition states, topic configs and
-their change notifications, topic deletion, and ISR-change notifications.
+their change notifications, topic deletion, ISR-change notifications and log-dir event
+notifications.
 
 Semantics follow Kafka 3.9's ``KafkaZkClient`` / ``AdminZkClient``: a topic is created with
 its config znode in one multi-op; assignment and partition-state updates are conditional on
@@ -38,9 +39,11 @@ from broker.controller.znodes import (
     CONTROLLER_EPOCH_PATH,
     DELETE_TOPICS_PATH,
     ISR_CHANGE_NOTIFICATION_PATH,
+    LOG_DIR_EVENT_NOTIFICATION_PATH,
     ConfigChangeNotificationZNode,
     DeleteTopicZNode,
     IsrChangeNotificationZNode,
+    LogDirEventNotificationZNode,
     PartitionState,
     TopicConfigZNode,
     TopicZNode,
@@ -484,5 +487,62 @@ class ZkTopicOps(ZkSession):
             for child in todo:
                 with contextlib.suppress(NoNodeError):
                     self._kz.delete(f"{ISR_CHANGE_NOTIFICATION_PATH}/{child}")
+
+        await self._run(work)
+
+    # ------------------------------------------------------------------ log dir events
+
+    async def propagate_log_dir_event(self, broker_id: int) -> str:
+        """Create ``/log_dir_event_notification/log_dir_event_<seq>`` for ``broker_id`` (a
+        log directory of it failed; Kafka's ``propagateLogDirEvent``); returns its name."""
+        node = LogDirEventNotificationZNode(broker_id)
+
+        def work() -> str:
+            created = self._kz.create(
+                LogDirEventNotificationZNode.create_path(),
+                node.encode(),
+                sequence=True,
+                makepath=True,
+            )
+            return str(created).rsplit("/", 1)[-1]
+
+        return await self._run(work)
+
+    async def watch_log_dir_event_notifications(
+        self, callback: Callable[[list[str]], None]
+    ) -> WatchHandle:
+        return await self.watch_children(LOG_DIR_EVENT_NOTIFICATION_PATH, callback)
+
+    async def get_log_dir_event_notifications(self) -> dict[str, int]:
+        """Pending log-dir event notifications: name -> broker id, in sequence order
+        (malformed ones are skipped with a warning, and left for deletion)."""
+
+        def work() -> dict[str, int]:
+            try:
+                children = sorted(self._kz.get_children(LOG_DIR_EVENT_NOTIFICATION_PATH))
+            except NoNodeError:
+                return {}
+            out: dict[str, int] = {}
+            for child in children:
+                try:
+                    data, _ = self._kz.get(f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{child}")
+                except NoNodeError:
+                    continue
+                try:
+                    out[child] = LogDirEventNotificationZNode.decode(data).broker
+                except ZNodeDecodeError as exc:
+                    log.warning("ignoring log dir event notification %s: %s", child, exc)
+                    out[child] = -1
+            return out
+
+        return await self._run(work)
+
+    async def delete_log_dir_event_notifications(self, names: Iterable[str]) -> None:
+        todo = list(names)
+
+        def work() -> None:
+            for child in todo:
+                with contextlib.suppress(NoNodeError):
+                    self._kz.delete(f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{child}")
 
         await self._run(work)

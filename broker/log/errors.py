@@ -16,6 +16,7 @@ __all__ = [
     "InconsistentBrokerMetadataError",
     "KafkaStorageError",
     "LogClosedError",
+    "LogDirOfflineError",
     "OffsetOutOfRangeError",
     "UnexpectedAppendOffsetError",
 ]
@@ -53,6 +54,11 @@ class UnexpectedAppendOffsetError(KafkaError):
 
 class LogClosedError(KafkaStorageError):
     """An operation on a log that has been closed or deleted."""
+
+
+class LogDirOfflineError(KafkaStorageError):
+    """The log's directory is offline after an I/O error (KIP-112): nothing in it is read or
+    written until the broker restarts (:mod:`broker.log.log_dir_failure`)."""
 
 
 class InconsistentBrokerMetadataError(KafkaStorageError):

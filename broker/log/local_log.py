@@ -15,6 +15,12 @@ Deleted segments are renamed to ``*.deleted`` and physically removed
 ``file.delete.delay.ms`` later (``delete_pending_files``), so a fetch response that holds a
 segment's open file can still be sent.
 
+Log directory failure (KIP-112): every log holds its directory's shared
+:class:`~broker.log.log_dir_failure.LogDirStatus`. Operations that touch files are wrapped
+with :func:`storage_operation`: an ``OSError`` marks the whole directory offline and is
+raised as :class:`~broker.log.errors.LogDirOfflineError` (KAFKA_STORAGE_ERROR), and once the
+directory is offline every operation raises that before touching a file.
+
 Concurrency: every method must be called from the broker's event loop; there are no locks.
 The one exception is ``flush``, which may run in a worker thread (``asyncio.to_thread``)
 concurrently with the loop (see its docstring).
@@ -22,6 +28,7 @@ concurrently with the loop (see its docstring).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -31,11 +38,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from broker.clock import Clock
 from broker.log.checkpoints import fsync_dir
-from broker.log.errors import LogClosedError, OffsetOutOfRangeError
+from broker.log.errors import LogClosedError, LogDirOfflineError, OffsetOutOfRangeError
 from broker.log.file_records import FetchSlice
+from broker.log.log_dir_failure import LogDirStatus
 from broker.log.log_segments import LogSegments
 from broker.log.segment import (
     CLEANED_SUFFIX,
@@ -49,13 +58,37 @@ from broker.protocol.records import BatchHeader
 from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
-__all__ = ["DELETE_DIR_SUFFIX", "LocalLog", "parse_topic_partition"]
+__all__ = ["DELETE_DIR_SUFFIX", "LocalLog", "parse_topic_partition", "storage_operation"]
 
 logger = logging.getLogger(__name__)
 
 DELETE_DIR_SUFFIX = "-delete"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 SegmentPredicate = Callable[["LogSegment", "LogSegment | None"], bool]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_L = TypeVar("_L", bound="LocalLog")
+
+
+def storage_operation(
+    what: str,
+) -> Callable[[Callable[Concatenate[_L, _P], _R]], Callable[Concatenate[_L, _P], _R]]:
+    """Decorate a log method that touches files: an ``OSError`` it raises takes the log's
+    directory offline and is re-raised as :class:`LogDirOfflineError` (Kafka's
+    ``maybeHandleIOException``). ``what`` names the operation in the error message."""
+
+    def decorate(fn: Callable[Concatenate[_L, _P], _R]) -> Callable[Concatenate[_L, _P], _R]:
+        @functools.wraps(fn)
+        def guarded(self: _L, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return fn(self, *args, **kwargs)
+            except OSError as exc:
+                raise self.io_error(what, exc) from exc
+
+        return guarded
+
+    return decorate
 
 
 def parse_topic_partition(dir_name: str) -> TopicPartition:
@@ -80,9 +113,17 @@ class LocalLog:
     """A partition's segments on disk (see the module docstring)."""
 
     def __init__(
-        self, directory: Path, config: LogConfig, *, clock: Clock, topic_partition: TopicPartition
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        clock: Clock,
+        topic_partition: TopicPartition,
+        dir_status: LogDirStatus | None = None,
     ) -> None:
         self.dir = directory
+        self.dir_status = dir_status if dir_status is not None else LogDirStatus(directory.parent)
+        """The shared online/offline status of the log directory holding this log."""
         self.config = config
         self.topic_partition = topic_partition
         self._clock = clock
@@ -145,9 +186,25 @@ class LocalLog:
         """Use ``config`` from now on (index sizes apply from the next segment)."""
         self.config = config
 
+    @property
+    def offline(self) -> bool:
+        """True once the log's directory has failed (nothing is read or written any more)."""
+        return self.dir_status.offline
+
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"log {self.topic_partition} is closed")
+        if self.dir_status.offline:
+            raise LogDirOfflineError(
+                f"log {self.topic_partition} is in the offline log directory {self.dir.parent}"
+            )
+
+    def io_error(self, what: str, exc: OSError) -> LogDirOfflineError:
+        """Report ``exc`` (raised while ``what``): the log's directory goes offline. Returns
+        the error to raise instead."""
+        message = f"error while {what} {self.topic_partition} in dir {self.dir.parent}"
+        self.dir_status.fail(message, exc)
+        return LogDirOfflineError(f"{message}: {exc}")
 
     def _segment_index(self, offset: int) -> int:
         """Index of the segment whose range holds ``offset`` (0 if below the first)."""
@@ -185,6 +242,7 @@ class LocalLog:
     # reads
     # ======================================================================================
 
+    @storage_operation("reading")
     def read(
         self,
         offset: int,
@@ -224,6 +282,7 @@ class LocalLog:
         positions in their segment files)."""
         return self._segments.batches_from(offset)
 
+    @storage_operation("looking up a timestamp in")
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the earliest record at or after the log start whose
         timestamp is ``>= timestamp`` (ListOffsets by time); None if there is none."""
@@ -237,6 +296,7 @@ class LocalLog:
                 return found
         return None
 
+    @storage_operation("reading")
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         """``(max timestamp, offset of the first record with it)`` over the log, for
         ListOffsets MAX_TIMESTAMP (KIP-734); ``(-1, -1)`` when no record has a timestamp."""
@@ -278,6 +338,7 @@ class LocalLog:
         if self.config.file_delete_delay_ms <= 0:
             self.delete_pending_files()
 
+    @storage_operation("deleting segments of")
     def delete_pending_files(self) -> None:
         """Physically delete the ``*.deleted`` files whose delay has passed."""
         if not self._pending_deletes:
@@ -300,6 +361,7 @@ class LocalLog:
         cleaning round compares it before it swaps."""
         return self._truncations
 
+    @storage_operation("swapping cleaned segments into")
     def replace_with_cleaned(
         self,
         base_offset: int,
@@ -376,6 +438,7 @@ class LocalLog:
     # flush, close, delete
     # ======================================================================================
 
+    @storage_operation("flushing")
     def flush(self, up_to: int | None = None) -> None:
         """fsync every segment holding offsets below ``up_to`` (default: the log end) that
         changed since its last flush, and move the recovery point to ``up_to``.

@@ -28,6 +28,10 @@ an aborted one is recorded in the segment's ``.txnindex``. ``last_stable_offset`
 read_committed consumers and ``collect_aborted_transactions`` lists the aborted
 transactions of a fetched range.
 
+I/O errors (KIP-112): every method that touches files is a ``storage_operation`` (see
+:mod:`broker.log.local_log`): an ``OSError`` takes the whole log directory offline and is
+raised as ``LogDirOfflineError``; a log in an offline directory refuses every operation.
+
 Concurrency: every method of a :class:`Log` must be called from one thread, the broker's
 asyncio event loop; there are no locks. The one exception is ``flush``, which may run in a
 worker thread (``asyncio.to_thread``) concurrently with the loop (see its docstring). Other
@@ -58,7 +62,9 @@ from broker.log.local_log import (
     LocalLog,
     SegmentPredicate,
     parse_topic_partition,
+    storage_operation,
 )
+from broker.log.log_dir_failure import LogDirStatus
 from broker.log.log_loader import LogLoader, marker_reader
 from broker.log.producer_state import CompletedTxn, EndTxnMarkerInfo, ProducerStateManager
 from broker.log.segment import LogSegment
@@ -135,9 +141,12 @@ class Log(LocalLog):
         clock: Clock,
         topic_partition: TopicPartition,
         producer_id_expiration_ms: int,
+        dir_status: LogDirStatus | None = None,
     ) -> None:
         """Internal: use :meth:`Log.open`."""
-        super().__init__(directory, config, clock=clock, topic_partition=topic_partition)
+        super().__init__(
+            directory, config, clock=clock, topic_partition=topic_partition, dir_status=dir_status
+        )
         self.leader_epoch_cache = LeaderEpochFileCache(
             directory / LEADER_EPOCH_CHECKPOINT, lambda: self.log_end_offset
         )
@@ -160,12 +169,15 @@ class Log(LocalLog):
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
         producer_id_expiration_ms: int = 86_400_000,
+        dir_status: LogDirStatus | None = None,
     ) -> Log:
         """Open (creating if needed) the log in ``directory`` and recover it.
 
         ``recovery_point`` and ``log_start_offset`` come from the log directory's
         checkpoints; ``clean_shutdown`` says the log was closed cleanly (then nothing is
-        re-validated).
+        re-validated); ``dir_status`` is the log directory's shared status (its I/O errors
+        take the whole directory offline). An ``OSError`` while opening is raised as is (the
+        log manager takes the directory offline).
         """
         directory = Path(directory)
         tp = parse_topic_partition(directory.name)
@@ -179,6 +191,7 @@ class Log(LocalLog):
             clock=clock,
             topic_partition=tp,
             producer_id_expiration_ms=producer_id_expiration_ms,
+            dir_status=dir_status,
         )
         log._load(recovery_point, log_start_offset, clean_shutdown)
         return log
@@ -252,6 +265,7 @@ class Log(LocalLog):
     # appends
     # ======================================================================================
 
+    @storage_operation("appending to")
     def append_as_leader(
         self,
         buf: bytearray,
@@ -362,6 +376,7 @@ class Log(LocalLog):
             self._log_start_offset,
         )
 
+    @storage_operation("appending to")
     def append_as_follower(
         self, buf: bytes | bytearray | memoryview, batches: list[BatchHeader]
     ) -> AppendResult:
@@ -496,10 +511,17 @@ class Log(LocalLog):
     # roll
     # ======================================================================================
 
+    @storage_operation("rolling a segment of")
     def roll(self) -> None:
         """Start a new active segment at the log end (no-op if the active one is empty)."""
         self._check_open()
         self._roll(None)
+
+    @storage_operation("assigning a leader epoch in")
+    def assign_leader_epoch(self, leader_epoch: int) -> None:
+        """A new leader's epoch starts at the log end (written to the epoch checkpoint)."""
+        self._check_open()
+        self.leader_epoch_cache.assign(leader_epoch, self.log_end_offset)
 
     def _roll(self, expected_next_offset: int | None) -> None:
         new_base = max(expected_next_offset or 0, self.log_end_offset)
@@ -536,6 +558,7 @@ class Log(LocalLog):
     # truncation and the log start
     # ======================================================================================
 
+    @storage_operation("truncating")
     def truncate_to(self, offset: int) -> None:
         """Remove every batch holding an offset ``>= offset`` (a batch straddling ``offset``
         goes entirely, so the new log end may be below ``offset``). Segments, indexes, the
@@ -567,6 +590,7 @@ class Log(LocalLog):
             self._log_start_offset, leo, self.batches_from, self._markers()
         )
 
+    @storage_operation("truncating")
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at ``offset`` (log start = end =
         recovery point = ``offset``); the epoch cache is cleared."""
@@ -593,6 +617,7 @@ class Log(LocalLog):
         self.leader_epoch_cache.clear()
         self.producer_state.truncate(offset, offset, self.batches_from)
 
+    @storage_operation("moving the log start of")
     def advance_log_start_offset(self, offset: int) -> None:
         """Move the log start up to ``offset`` (DeleteRecords) and delete the segments wholly
         below it. Raises OffsetOutOfRangeError beyond the log end; lower offsets are a no-op.
@@ -613,6 +638,7 @@ class Log(LocalLog):
     # retention and deletion
     # ======================================================================================
 
+    @storage_operation("deleting old segments of")
     def delete_old_segments(self) -> int:
         """Apply retention; returns the number of segments deleted.
 
@@ -680,6 +706,7 @@ class Log(LocalLog):
     # flush, close, delete
     # ======================================================================================
 
+    @storage_operation("closing")
     def close(self) -> None:
         """Flush, snapshot the producer state, trim the active indexes, close every file.
         Pending ``*.deleted`` files are removed now."""

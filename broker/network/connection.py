@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -57,6 +58,15 @@ RequestHandler = Callable[[ConnectionInfo, bytes], Coroutine[Any, Any, Response 
 _BYTES = (bytes, bytearray, memoryview)
 
 
+def _fileno(file: Any) -> int:
+    """The descriptor of a segment file a response holds; ``OSError`` (EBADF), which closes
+    the connection, if the log was closed meanwhile (its directory failed, or its topic was
+    deleted) instead of the ``ValueError`` a closed Python file raises."""
+    if file.closed:
+        raise OSError(errno.EBADF, "the segment file was closed")
+    return int(file.fileno())
+
+
 def sendfile_now(sock_fd: int, region: FileRegion) -> int:
     """Send as much of ``region`` as the socket takes right now (``os.sendfile`` with an
     explicit offset: the shared file's position never moves); returns the bytes sent.
@@ -64,7 +74,7 @@ def sendfile_now(sock_fd: int, region: FileRegion) -> int:
     The common case, a fetch response that fits in the socket's send buffer, then costs one
     system call. Only called when the transport holds no unsent bytes, so nothing is
     reordered."""
-    fd = region.file.fileno()
+    fd = _fileno(region.file)
     sent = 0
     try:
         while sent < region.size:
@@ -84,7 +94,7 @@ class RegionFile:
     mode = "rb"
 
     def __init__(self, file: Any) -> None:
-        self._fd = file.fileno()
+        self._fd = _fileno(file)
         self._pos = 0
 
     def fileno(self) -> int:
@@ -329,7 +339,12 @@ class Connection(asyncio.Protocol):
                 return
             if entry.value is not None:
                 self._last_activity = self._loop.time()
-                self._write(entry.value)
+                try:
+                    self._write(entry.value)
+                except OSError as exc:  # a segment file closed under the response
+                    log.info("closing connection %s: %s", self.info.peer, exc)
+                    self._abort()
+                    return
         if self._read_paused and len(pending) < self._max_queued and not self._closed:
             self._read_paused = False
             assert self._transport is not None

@@ -19,7 +19,10 @@ Fetched batches (offsets and leader epochs assigned by the leader) are appended 
 :meth:`FollowerSink.append_as_follower`, which also moves the follower's high watermark to
 min(its log end, the leader's high watermark). Partition errors from the leader (not leader,
 fenced or unknown epoch) park the partition for ``replica.fetch.backoff.ms`` until the
-controller's next LeaderAndIsr says what changed; connection errors back off and retry.
+controller's next LeaderAndIsr says what changed; connection errors back off and retry. A
+partition whose own append or truncation fails is handled alone: invalid records are retried
+after the backoff, any other error (a storage error: its log directory went offline) stops
+fetching it until a LeaderAndIsr adds it again; the other partitions are not affected.
 
 Concurrency: event loop thread only. The manager owns one task per leader; tasks are
 cancelled and awaited on removal and on shutdown.
@@ -40,7 +43,8 @@ from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from broker.network.client import BrokerConnection
 from broker.protocol.api_keys import ApiKey
-from broker.protocol.errors import ErrorCode
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.records import CorruptRecordError, InvalidRecordError
 from broker.replication.fetch_sessions import FetchSessionHandler, PartitionFetchState
 from broker.types import TopicPartition
 
@@ -236,9 +240,12 @@ class LeaderFetcher:
                 if error != ErrorCode.none:
                     self._on_partition_error(tp, error)
                     continue
-                self._apply_truncation(
-                    tp, current, asked[tp][0], int(p.leader_epoch), int(p.end_offset)
-                )
+                try:
+                    self._apply_truncation(
+                        tp, current, asked[tp][0], int(p.leader_epoch), int(p.end_offset)
+                    )
+                except Exception as exc:  # noqa: BLE001 - one partition must not stop the rest
+                    self._on_processing_error(tp, int(p.end_offset), exc)
 
     def _apply_truncation(
         self,
@@ -351,17 +358,22 @@ class LeaderFetcher:
                     discarded = True  # the partition moved while the fetch was in flight
                     continue
                 error = ErrorCode(int(p.error_code))
-                if error == ErrorCode.none:
-                    self.sink.append_as_follower(
-                        tp,
-                        bytes(p.records or b""),
-                        int(p.high_watermark),
-                        int(p.log_start_offset),
-                    )
-                elif error == ErrorCode.offset_out_of_range:
-                    self._on_out_of_range(tp, current, sent.fetch_offset, int(p.log_start_offset))
-                else:
-                    self._on_partition_error(tp, error)
+                try:
+                    if error == ErrorCode.none:
+                        self.sink.append_as_follower(
+                            tp,
+                            bytes(p.records or b""),
+                            int(p.high_watermark),
+                            int(p.log_start_offset),
+                        )
+                    elif error == ErrorCode.offset_out_of_range:
+                        self._on_out_of_range(
+                            tp, current, sent.fetch_offset, int(p.log_start_offset)
+                        )
+                    else:
+                        self._on_partition_error(tp, error)
+                except Exception as exc:  # noqa: BLE001 - one partition must not stop the rest
+                    self._on_processing_error(tp, sent.fetch_offset, exc)
         if discarded:
             # What the leader told us about that partition (e.g. its high watermark) is lost
             # and an incremental session would not repeat it: start a new session.
@@ -382,6 +394,26 @@ class LeaderFetcher:
             # our log end is past the leader's: find the divergence again
             state.needs_truncation = True
             self._delay(tp, 100)
+
+    def _on_processing_error(self, tp: TopicPartition, offset: int, exc: Exception) -> None:
+        """Appending or truncating one partition failed (Kafka's ``processFetchRequest``):
+        invalid records from the leader are retried after the backoff; anything else (a
+        storage error: the log's directory went offline) stops fetching the partition until
+        the controller's next LeaderAndIsr adds it again. The other partitions go on."""
+        if isinstance(exc, CorruptRecordError | InvalidRecordError):
+            log.error("found invalid records during fetch for %s at offset %d: %s", tp, offset, exc)
+            self._delay(tp, self.config.backoff_ms)
+            return
+        log.error(
+            "error while processing data for %s at offset %d from leader %d; no longer "
+            "fetching it: %s",
+            tp,
+            offset,
+            self.leader_id,
+            exc,
+            exc_info=not isinstance(exc, KafkaError),
+        )
+        self.partitions.pop(tp, None)
 
     def _on_partition_error(self, tp: TopicPartition, error: ErrorCode) -> None:
         log.debug("fetch of %s from leader %d: %s", tp, self.leader_id, error.name)

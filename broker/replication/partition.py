@@ -152,7 +152,7 @@ class Partition:
         self.zk_version = zk_version
         self.pending_isr = None
         self._reset_followers(now_ms)
-        self.log.leader_epoch_cache.assign(leader_epoch, self.log.log_end_offset)
+        self.log.assign_leader_epoch(leader_epoch)
         self.maybe_increment_high_watermark()
 
     def make_follower(

@@ -20,6 +20,13 @@ written by :class:`~broker.replication.alter_isr_manager.AlterIsrManager`: one t
 through the ``alter_isr`` callback (a conditional update of the partition-state znode plus an
 ISR-change notification for the controller).
 
+Log directory failure (KIP-112): when a log directory fails, its partitions move from
+``partitions`` to ``offline_partitions`` (:mod:`broker.replication.log_dir_failure_handler`),
+and every request for them (Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch,
+DeleteRecords, LeaderAndIsr, StopReplica, ...) gets KAFKA_STORAGE_ERROR, as do the produces
+that were waiting on them. A LeaderAndIsr for a partition that is not new and has no log here
+is refused the same way while any directory is offline (its log may be there).
+
 Concurrency: event loop thread only. Appends are synchronous (a ``write`` to the page
 cache), so requests on a connection take effect in arrival order.
 """
@@ -29,14 +36,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.log.checkpoints import OffsetCheckpointFile
-from broker.log.errors import OffsetOutOfRangeError
+from broker.log.errors import LogDirOfflineError, OffsetOutOfRangeError
 from broker.log.log import AppendOrigin
 from broker.log.log_manager import LogManager
 from broker.log.producer_state import ProducerEntry
@@ -45,6 +52,7 @@ from broker.protocol.errors import ErrorCode, KafkaError, error_code_for
 from broker.replication.alter_isr_manager import AlterIsr, AlterIsrManager
 from broker.replication.fetch_sessions import FetchSessionCache
 from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
+from broker.replication.log_dir_failure_handler import LogDirFailureHandler
 from broker.replication.partition import NotLeaderError, Partition, ReadResult
 from broker.replication.purgatory import Purgatory
 from broker.replication.results import FetchRequestPartition, FetchResult, ProduceResult
@@ -88,12 +96,21 @@ class ReplicaManager:
         clock: Clock,
         broker_id: int,
         alter_isr: AlterIsr | None = None,
+        log_dir_event: Callable[[], Awaitable[None]] | None = None,
+        on_all_log_dirs_offline: Callable[[str], None] | None = None,
     ) -> None:
         self.config = config
         self.log_manager = log_manager
         self.clock = clock
         self.broker_id = broker_id
         self.partitions: dict[TopicPartition, Partition] = {}
+        self.offline_partitions: set[TopicPartition] = set()
+        """Partitions whose log is in an offline log directory (Kafka's
+        ``HostedPartition.Offline``): answered KAFKA_STORAGE_ERROR until the broker restarts."""
+        self.log_dir_failures = LogDirFailureHandler(
+            self, log_dir_event=log_dir_event, on_all_log_dirs_offline=on_all_log_dirs_offline
+        )
+        """Takes the partitions of failed log directories offline (KIP-112)."""
         self.purgatory = Purgatory(clock)
         self.controller_epoch = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -134,14 +151,17 @@ class ReplicaManager:
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the ISR writer and the ISR shrink check (call on the event loop)."""
+        """Start the ISR writer, the ISR shrink check and the log-dir failure handler (call
+        on the event loop)."""
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self.alter_isr_manager.run(), name="isr-writer"),
             loop.create_task(self._isr_shrinker(), name="isr-shrinker"),
+            self.log_dir_failures.start(),
         ]
 
     async def shutdown(self) -> None:
+        self.log_dir_failures.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -179,6 +199,12 @@ class ReplicaManager:
         now = self.clock.time_ms()
         for spec in specs:
             tp = spec.tp
+            if tp in self.offline_partitions:
+                log.warning(
+                    "%s: ignoring LeaderAndIsr: the replica is in an offline log directory", tp
+                )
+                results[tp] = ErrorCode.kafka_storage_error
+                continue
             if self.broker_id not in spec.replicas:
                 results[tp] = ErrorCode.unknown_topic_or_partition
                 continue
@@ -196,7 +222,9 @@ class ReplicaManager:
                 continue
             try:
                 if partition is None:
-                    plog = self.log_manager.get_or_create_log(tp, log_config_for(tp.topic))
+                    plog = self.log_manager.get_or_create_log(
+                        tp, log_config_for(tp.topic), is_new=spec.is_new
+                    )
                     partition = Partition(
                         tp,
                         plog,
@@ -242,11 +270,12 @@ class ReplicaManager:
                 results[tp] = error_code_for(exc)
             self.notify_high_watermark(tp)
             if results[tp] == ErrorCode.none:
-                self._notify_role(tp, spec.leader == self.broker_id, spec.leader_epoch)
+                self.notify_role(tp, spec.leader == self.broker_id, spec.leader_epoch)
         self.fetchers.remove_idle_fetchers()
         return results
 
-    def _notify_role(self, tp: TopicPartition, is_leader: bool, leader_epoch: int) -> None:
+    def notify_role(self, tp: TopicPartition, is_leader: bool, leader_epoch: int) -> None:
+        """Tell the role listeners (and transaction support) about a role change."""
         self.transactions.forget(tp)
         for listener in self.role_listeners:
             try:
@@ -264,6 +293,9 @@ class ReplicaManager:
         results = {}
         for tp, delete in partitions:
             self.fetchers.remove_partition(tp)
+            if tp in self.offline_partitions:
+                results[tp] = ErrorCode.kafka_storage_error
+                continue
             try:
                 self.stop_replica(tp, delete=delete)
                 results[tp] = ErrorCode.none
@@ -277,7 +309,7 @@ class ReplicaManager:
         self.fetchers.remove_partition(tp)
         partition = self.partitions.pop(tp, None)
         if partition is not None:
-            self._notify_role(tp, False, partition.leader_epoch)
+            self.notify_role(tp, False, partition.leader_epoch)
         if delete:
             self._hw_checkpoints.pop(tp, None)
             if self.log_manager.get_log(tp) is not None:
@@ -359,10 +391,18 @@ class ReplicaManager:
             if tp.topic == topic:
                 partition.log.update_config(log_config)
 
+    def _missing(self, tp: TopicPartition) -> KafkaError:
+        """The error for a partition not hosted here: offline, or unknown."""
+        if tp in self.offline_partitions:
+            return LogDirOfflineError(
+                f"the replica of {tp} on broker {self.broker_id} is in an offline log directory"
+            )
+        return UnknownTopicOrPartitionError(f"this broker does not host {tp}")
+
     def leader_partition(self, tp: TopicPartition) -> Partition:
         partition = self.partitions.get(tp)
         if partition is None:
-            raise UnknownTopicOrPartitionError(f"this broker does not host {tp}")
+            raise self._missing(tp)
         if not partition.is_leader:
             raise NotLeaderError(f"broker {self.broker_id} is not the leader of {tp}")
         return partition
@@ -457,7 +497,12 @@ class ReplicaManager:
         await self.purgatory.wait_until([("hw", tp) for tp in waiting], acked, timeout_ms / 1000.0)
         for tp, required in waiting.items():
             p = self.partitions.get(tp)
-            if p is None or not p.is_leader:
+            if p is None and tp in self.offline_partitions:
+                results[tp] = ProduceResult(
+                    ErrorCode.kafka_storage_error,
+                    error_message=f"{tp} went offline (log directory failure) during the append",
+                )
+            elif p is None or not p.is_leader:
                 results[tp] = ProduceResult(ErrorCode.not_leader_or_follower)
             elif not p.offset_is_acked(required):
                 results[tp] = ProduceResult(ErrorCode.request_timed_out)
@@ -628,7 +673,7 @@ class ReplicaManager:
         DescribeProducers."""
         partition = self.partitions.get(tp)
         if partition is None:
-            raise UnknownTopicOrPartitionError(f"this broker does not host {tp}")
+            raise self._missing(tp)
         return sorted(
             partition.log.producer_state.active_producers().values(),
             key=lambda e: e.producer_id,
@@ -658,12 +703,20 @@ class ReplicaManager:
     # --- housekeeping ---------------------------------------------------------------------
 
     def checkpoint_high_watermarks(self) -> None:
+        """Write ``replication-offset-checkpoint`` in every online log dir (a dir where it
+        cannot be written goes offline)."""
+        channel = self.log_manager.failure_channel
         by_dir: dict[Path, dict[TopicPartition, int]] = {}
-        for log_dir in self.log_manager.log_dirs:
+        for log_dir in self.log_manager.live_log_dirs:
             by_dir[Path(log_dir)] = {}
         for tp, partition in self.partitions.items():
             parent = Path(partition.log.dir).parent
-            by_dir.setdefault(parent, {})[tp] = partition.high_watermark
+            if parent in by_dir:
+                by_dir[parent][tp] = partition.high_watermark
         for parent, hws in by_dir.items():
-            if parent.exists():
+            if not parent.exists() or channel.is_offline(parent):
+                continue
+            try:
                 OffsetCheckpointFile(parent / HW_CHECKPOINT).write(hws)
+            except OSError as exc:
+                channel.mark_offline(parent, f"error while writing {HW_CHECKPOINT}", exc)

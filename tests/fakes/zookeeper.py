@@ -674,3 +674,40 @@ class FakeZkClient:
             path = f"{znodes.ISR_CHANGE_NOTIFICATION_PATH}/{child}"
             if path in self.zk.nodes:
                 self.zk.delete(path)
+
+    # ------------------------------------------------------------------ log dir events
+
+    async def propagate_log_dir_event(self, broker_id: int) -> str:
+        self._check()
+        node = znodes.LogDirEventNotificationZNode(broker_id)
+        created = self.zk.create(
+            znodes.LogDirEventNotificationZNode.create_path(),
+            node.encode(),
+            sequence=True,
+            makepath=True,
+        )
+        return created.rsplit("/", 1)[-1]
+
+    async def watch_log_dir_event_notifications(
+        self, callback: Callable[[list[str]], None]
+    ) -> WatchHandle:
+        return await self.watch_children(znodes.LOG_DIR_EVENT_NOTIFICATION_PATH, callback)
+
+    async def get_log_dir_event_notifications(self) -> dict[str, int]:
+        self._check()
+        out: dict[str, int] = {}
+        try:
+            kids = self.zk.children(znodes.LOG_DIR_EVENT_NOTIFICATION_PATH)
+        except NoNode:
+            return out
+        for child in sorted(kids):
+            data, _ = self.zk.get(f"{znodes.LOG_DIR_EVENT_NOTIFICATION_PATH}/{child}")
+            out[child] = znodes.LogDirEventNotificationZNode.decode(data).broker
+        return out
+
+    async def delete_log_dir_event_notifications(self, names: Iterable[str]) -> None:
+        self._check()
+        for child in names:
+            path = f"{znodes.LOG_DIR_EVENT_NOTIFICATION_PATH}/{child}"
+            if path in self.zk.nodes:
+                self.zk.delete(path)

@@ -25,18 +25,30 @@ class KafkaAdmin:
         config: dict[str, str] | None = None,
         timeout_s: float = 60.0,
         replication_factor: int = 1,
+        replica_assignment: list[list[int]] | None = None,
     ) -> None:
+        """Create ``name`` and wait for its leaders; ``replica_assignment`` (the replicas of
+        partition 0, 1, ...) replaces ``partitions`` and ``replication_factor``."""
         from confluent_kafka.admin import NewTopic
 
+        if replica_assignment is not None:
+            # (this confluent-kafka wants the partition count given with an assignment)
+            new = NewTopic(
+                name,
+                num_partitions=len(replica_assignment),
+                replica_assignment=replica_assignment,
+                config=config or {},
+            )
+            partitions = len(replica_assignment)
+        else:
+            new = NewTopic(
+                name,
+                num_partitions=partitions,
+                replication_factor=replication_factor,
+                config=config or {},
+            )
         futures = self.client.create_topics(
-            [
-                NewTopic(
-                    name,
-                    num_partitions=partitions,
-                    replication_factor=replication_factor,
-                    config=config or {},
-                )
-            ],
+            [new],
             operation_timeout=30,
             request_timeout=30,
         )

@@ -319,6 +319,23 @@ class Cluster:
         with self.raw(timeout_s, broker_id=broker_id) as conn:
             return conn.request(request)
 
+    def offline_replicas(self, topic: str, broker_id: int) -> dict[int, tuple[int, ...]]:
+        """{partition: offline replicas} of ``topic`` as broker ``broker_id`` answers a
+        Metadata v5 request (the first version with ``offline_replicas``)."""
+        from kio.schema.metadata.v5.request import MetadataRequest, MetadataRequestTopic
+        from kio.schema.types import TopicName
+
+        request = MetadataRequest(
+            topics=(MetadataRequestTopic(name=TopicName(topic)),),
+            allow_auto_topic_creation=False,
+        )
+        with self.raw(10.0, broker_id=broker_id) as conn:
+            response = conn.request(request)
+        [t] = response.topics
+        return {
+            int(p.partition_index): tuple(int(r) for r in p.offline_replicas) for p in t.partitions
+        }
+
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Until every running broker of cluster.json answers ApiVersions and its own Metadata
         response lists every running broker."""
@@ -485,8 +502,15 @@ class Cluster:
         partitions: int = 1,
         config: dict[str, str] | None = None,
         replication_factor: int = 1,
+        replica_assignment: list[list[int]] | None = None,
     ) -> str:
-        self.admin().create_topic(name, partitions, config, replication_factor=replication_factor)
+        self.admin().create_topic(
+            name,
+            partitions,
+            config,
+            replication_factor=replication_factor,
+            replica_assignment=replica_assignment,
+        )
         return name
 
     def raw(self, timeout_s: float = 30.0, broker_id: int = 1) -> RawConnection:

@@ -21,6 +21,7 @@ Layout (DESIGN.md section 3 "ZooKeeper layout", checklist section 10)::
     /admin/reassign_partitions                    ReassignPartitionsZNode
     /admin/preferred_replica_election             PreferredReplicaElectionZNode
     /isr_change_notification/isr_change_<seq>     IsrChangeNotificationZNode
+    /log_dir_event_notification/log_dir_event_<seq>   LogDirEventNotificationZNode
     /cluster/id                                   ClusterIdZNode
     /latest_producer_id_block                     ProducerIdBlockZNode
 
@@ -44,6 +45,7 @@ from broker.controller.znodes.cluster import (
     ControllerEpochZNode,
     ControllerZNode,
     Endpoint,
+    LogDirEventNotificationZNode,
     ProducerIdBlockZNode,
 )
 from broker.controller.znodes.common import (
@@ -130,6 +132,7 @@ __all__ = [
     "DeleteTopicZNode",
     "Endpoint",
     "IsrChangeNotificationZNode",
+    "LogDirEventNotificationZNode",
     "PartitionState",
     "PreferredReplicaElectionZNode",
     "ProducerIdBlockZNode",

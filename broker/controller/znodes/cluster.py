@@ -1,6 +1,6 @@
 """The znodes of the cluster's membership and coordination: broker registrations
-(``/brokers/ids/<id>``), the controller (``/controller``, ``/controller_epoch``), the cluster id
-and the producer-id blocks. Format and conventions as described in :mod:`broker.controller.znodes`.
+(``/brokers/ids/<id>``), the controller (``/controller``, ``/controller_epoch``), the cluster id,
+the producer-id blocks and the brokers' log-dir event notifications. Format and conventions as described in :mod:`broker.controller.znodes`.
 
 Concurrency: values are immutable; functions are pure.
 """
@@ -16,6 +16,7 @@ from broker.controller.znodes.common import (
     CLUSTER_ID_PATH,
     CONTROLLER_EPOCH_PATH,
     CONTROLLER_PATH,
+    LOG_DIR_EVENT_NOTIFICATION_PATH,
     PRODUCER_ID_BLOCK_PATH,
     ZNodeDecodeError,
     decode_json,
@@ -331,4 +332,47 @@ class ProducerIdBlockZNode:
             block_start=int_field(get_field(obj, "block_start", p), "block_start", p),
             block_end=int_field(get_field(obj, "block_end", p), "block_end", p),
             version=int_field(obj.get("version", 1), "version", p),
+        )
+
+
+# --------------------------------------------------------------------------- log dir events
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirEventNotificationZNode:
+    """``/log_dir_event_notification/log_dir_event_<seq>`` (persistent sequential), JSON
+    version 1 (KIP-112, Kafka's ``LogDirEventNotificationSequenceZNode``).
+
+    ``{"version":1,"broker":<id>,"event":1}``: a log directory of broker ``broker`` failed
+    (``event`` 1 is ``LogDirFailureEvent``, the only kind); the controller sends the broker
+    LeaderAndIsr for all its replicas to learn which are offline, then deletes the znode.
+    """
+
+    broker: int
+    event: int = 1
+    version: int = 1
+
+    PREFIX: ClassVar[str] = "log_dir_event_"
+    LOG_DIR_FAILURE_EVENT: ClassVar[int] = 1
+
+    @classmethod
+    def create_path(cls) -> str:
+        return f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{cls.PREFIX}"
+
+    @classmethod
+    def path(cls, sequence: str | int) -> str:
+        seq = f"{sequence:010d}" if isinstance(sequence, int) else sequence
+        return f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{cls.PREFIX}{seq}"
+
+    def encode(self) -> bytes:
+        return encode_json({"version": self.version, "broker": self.broker, "event": self.event})
+
+    @classmethod
+    def decode(cls, data: bytes) -> LogDirEventNotificationZNode:
+        p = LOG_DIR_EVENT_NOTIFICATION_PATH
+        obj = decode_json(data, p)
+        return cls(
+            int_field(get_field(obj, "broker", p), "broker", p),
+            int_field(obj.get("event", 1), "event", p),
+            int_field(obj.get("version", 1), "version", p),
         )

@@ -15,7 +15,9 @@ needs cleaning a task sleeps ``log.cleaner.backoff.ms``; ``wake`` (a config chan
 test) ends the sleep.
 
 A round that fails (a corrupt batch, a worker killed) marks the partition *uncleanable* for
-that broker run, logged, as Kafka does, so one bad log cannot starve the others.
+that broker run, logged, as Kafka does, so one bad log cannot starve the others. An I/O
+error (``OSError``) instead takes the log's directory offline (KIP-112); logs in an offline
+directory are not cleaned.
 
 Each finished round logs, at INFO, Kafka's summary line (``cleaned log ... N MB of log
 processed in S seconds (R MB/sec)``) and keeps :class:`CleanerStats` for the benchmark.
@@ -154,7 +156,10 @@ class LogCleaner:
         entries[tp] = offset
         for stale in [t for t in entries if t not in live]:
             del entries[stale]
-        OffsetCheckpointFile(log_dir / CLEANER_CHECKPOINT).write(entries)
+        try:
+            OffsetCheckpointFile(log_dir / CLEANER_CHECKPOINT).write(entries)
+        except OSError as exc:
+            log.io_error("writing the cleaner checkpoint of", exc)
 
     # --- the cleaner tasks ---------------------------------------------------------------
 
@@ -176,7 +181,7 @@ class LogCleaner:
     def _views(self) -> list[LogView]:
         views: list[LogView] = []
         for tp, log in self._logs().items():
-            if tp in self._in_progress or tp in self._uncleanable or log.closed:
+            if tp in self._in_progress or tp in self._uncleanable or log.closed or log.offline:
                 continue
             config = log.config
             if not config.compact:
@@ -274,6 +279,11 @@ class LogCleaner:
             self._restart_executor()
             self.stats.aborted_rounds += 1
             self._discard_outputs(log, job)
+            return
+        except OSError as exc:
+            # an I/O error in the log's directory takes the directory offline (KIP-112)
+            log.io_error("cleaning", exc)
+            self.stats.aborted_rounds += 1
             return
         except Exception:
             logger.exception("log cleaner: cleaning %s failed; marking it uncleanable", tp)

@@ -26,11 +26,13 @@ from broker.controller.state_machines import PartitionState, ReplicaState
 from broker.controller.topic_admin import TopicExistsError
 from broker.metadata.cache import MetadataCache
 from broker.metadata.topic_configs import TopicConfigManager
+from broker.protocol import interbroker
 from broker.protocol.errors import ErrorCode
 from broker.types import TopicPartition as TP
 from tests.fakes.zookeeper import FakeZkClient, FakeZooKeeper
 
 pytestmark = pytest.mark.unit
+ib: Any = interbroker
 
 T = TypeVar("T")
 
@@ -71,7 +73,7 @@ class CapturingChannel:
         if broker_id not in self.brokers or self.closed:
             return
         self.cluster.sent.append(Sent(self.controller_id, broker_id, api_key, request))
-        self.cluster.deliver(broker_id, api_key, api_version, request)
+        self.cluster.deliver(broker_id, api_key, api_version, request, callback)
 
     async def close(self) -> None:
         self.closed = True
@@ -110,14 +112,49 @@ class Cluster:
         self.nodes: dict[int, Node] = {}
         self.sent: list[Sent] = []
         self._deliveries: list[asyncio.Task[Any]] = []
+        self.offline_dirs: dict[int, set[TP]] = {}
+        """Per broker, the partitions its LeaderAndIsr answers call KAFKA_STORAGE_ERROR."""
 
-    def deliver(self, broker_id: int, api_key: int, api_version: int, request: Any) -> None:
+    def deliver(
+        self, broker_id: int, api_key: int, api_version: int, request: Any, callback: Any = None
+    ) -> None:
         node = self.nodes.get(broker_id)
-        if node is not None:
-            handler = local_handler(node.metadata)
-            self._deliveries.append(
-                asyncio.get_running_loop().create_task(handler(api_key, api_version, request))
-            )
+
+        async def handle() -> Any:
+            # a broker registered but not yet in ``nodes`` (still starting) answers too
+            if api_key == LEADER_AND_ISR[0]:
+                response = self.leader_and_isr_response(broker_id, request)
+            elif node is not None:
+                response = await local_handler(node.metadata)(api_key, api_version, request)
+            else:
+                return None
+            if callback is not None and response is not None:
+                callback(response)
+            return response
+
+        self._deliveries.append(asyncio.get_running_loop().create_task(handle()))
+
+    def leader_and_isr_response(self, broker_id: int, request: Any) -> Any:
+        """What the broker answers: KAFKA_STORAGE_ERROR for its offline partitions."""
+        offline = self.offline_dirs.get(broker_id, set())
+        return ib.LeaderAndIsrResponse(
+            error_code=ErrorCode.none,
+            topics=tuple(
+                ib.LeaderAndIsrTopicError(
+                    topic_id=t.topic_id,
+                    partition_errors=tuple(
+                        ib.LeaderAndIsrPartitionError(
+                            partition_index=p.partition_index,
+                            error_code=ErrorCode.kafka_storage_error
+                            if TP(str(t.topic_name), int(p.partition_index)) in offline
+                            else ErrorCode.none,
+                        )
+                        for p in t.partition_states
+                    ),
+                )
+                for t in request.topic_states
+            ),
+        )
 
     async def start(self, broker_id: int, *, controller: bool = True) -> Node:
         zk = self.zk.client()

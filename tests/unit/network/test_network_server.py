@@ -276,3 +276,50 @@ def test_resume_throws_a_cancellation_into_the_handler() -> None:
 
     asyncio.run(run())
     assert cleaned == ["cancelled"]
+
+
+def test_a_response_whose_segment_file_was_closed_drops_only_that_connection(
+    tmp_path: Path,
+) -> None:
+    """A fetch response still holds a segment's file when the log is closed under it (its
+    log directory failed, or the topic was deleted): that connection is closed, not left
+    with a dead writer, and the server keeps serving."""
+    from dataclasses import dataclass
+
+    path = tmp_path / "segment.log"
+    path.write_bytes(b"x" * 1000)
+    closed = path.open("rb")
+    closed.close()
+
+    @dataclass
+    class Region:
+        file: object
+        position: int
+        size: int
+
+    async def handler(conn: ConnectionInfo, frame: bytes) -> Response | None:
+        if frame == b"file":
+            return Response([b"head", Region(closed, 0, 100)], 104)
+        return Response([frame], len(frame))
+
+    async def run() -> tuple[bytes, bytes]:
+        server = KafkaServer("127.0.0.1", 0, handler)
+        await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", server.port)
+            w.write(struct.pack(">i", 4) + b"file")
+            await w.drain()
+            dropped = await asyncio.wait_for(r.read(), 5)  # EOF: the connection was closed
+            w.close()
+            r2, w2 = await asyncio.open_connection("127.0.0.1", server.port)
+            w2.write(struct.pack(">i", 2) + b"ok")
+            await w2.drain()
+            answer = await asyncio.wait_for(_read(r2), 5)
+            w2.close()
+            return dropped, answer
+        finally:
+            await server.stop()
+
+    dropped, answer = asyncio.run(run())
+    assert b"x" not in dropped  # no file bytes were sent
+    assert answer == b"ok"
