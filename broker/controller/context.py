@@ -40,6 +40,9 @@ class ControllerContext:
     assignments: dict[TopicPartition, ReplicaAssignment] = field(default_factory=dict)
     states: dict[TopicPartition, znodes.PartitionState] = field(default_factory=dict)
     state_versions: dict[TopicPartition, int] = field(default_factory=dict)
+    # the zxid of each partition state's last write, as read when the topic was loaded
+    # (fail-over uses it to find brokers that restarted since: see Controller)
+    state_zxids: dict[TopicPartition, int] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
     replicas_on_offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
     partition_states: PartitionStateMachine = field(default_factory=PartitionStateMachine)

@@ -64,6 +64,7 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from broker.controller import znodes
+from broker.controller.bounces import restarted_since_last_write
 from broker.controller.channel import ChannelFactory, ControllerChannel, LocalHandler
 from broker.controller.context import ControllerContext
 from broker.controller.event_manager import ControllerEventManager, NotControllerError
@@ -315,6 +316,14 @@ class Controller:
             await self.driver.load_topic(name)
         ctx.deleting = set(await self.zk.get_topics_marked_for_deletion()) & set(ctx.topic_ids)
         await self.log_dir_failures.drop_pending_notifications()
+        bounced = restarted_since_last_write(ctx.states, ctx.state_zxids, ctx.broker_epochs)
+        if bounced:
+            log.warning(
+                "controller: brokers %s restarted after their partitions' last leader/ISR "
+                "change (while no controller was watching): handled as failed, then started",
+                sorted(bounced),
+            )
+            await self._on_brokers_bounce(bounced)
         # new partitions and partitions whose leader is gone get a leader; dead brokers
         # leave the ISR of the others
         await self.driver.trigger_online()
@@ -375,12 +384,34 @@ class Controller:
         new, dead = await self._refresh_live_brokers()
         for broker_id in new | dead:  # a restarted broker reports its offline dirs again
             self.ctx.replicas_on_offline_dirs.pop(broker_id, None)
+        bounced = new & dead
+        if bounced:
+            log.info("controller: brokers %s restarted", sorted(bounced))
+            await self._on_brokers_bounce(bounced)
+            new, dead = new - bounced, dead - bounced
         if dead:
             log.info("controller: brokers %s failed", sorted(dead))
             await self._on_brokers_failure(dead)
         if new:
             log.info("controller: brokers %s started", sorted(new))
             await self._on_brokers_startup(new)
+
+    async def _on_brokers_bounce(self, bounced: set[int]) -> None:
+        """Brokers that restarted: as Kafka's controller does with a bounced broker, run
+        the failure step without them among the live brokers (leaders elected elsewhere,
+        out of every ISR), then the start-up step (they follow and catch up)."""
+        ctx = self.ctx
+        saved = {b: (ctx.live_brokers[b], ctx.broker_epochs[b]) for b in bounced}
+        for b in bounced:
+            del ctx.live_brokers[b]
+            del ctx.broker_epochs[b]
+        try:
+            await self._on_brokers_failure(bounced)
+        finally:
+            for b, (node, epoch) in saved.items():
+                ctx.live_brokers[b] = node
+                ctx.broker_epochs[b] = epoch
+        await self._on_brokers_startup(bounced)
 
     async def _on_brokers_failure(self, dead: set[int]) -> None:
         ctx = self.ctx

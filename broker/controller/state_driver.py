@@ -110,6 +110,7 @@ class StateDriver:
             tp = TopicPartition(name, p)
             ctx.states[tp] = st.value
             ctx.state_versions[tp] = st.zk_version
+            ctx.state_zxids[tp] = st.modified_zxid
         live = ctx.live_ids()
         for tp in ctx.partitions_of(name):
             if tp not in ctx.partition_states:

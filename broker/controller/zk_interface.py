@@ -83,10 +83,12 @@ class ZkState(enum.Enum):
 
 
 class Versioned(NamedTuple, Generic[T]):
-    """A decoded znode with the znode's data version (for conditional updates)."""
+    """A decoded znode with the znode's data version (for conditional updates) and, where
+    the reader provides it, the zxid of its last write (``mzxid``; -1 when unknown)."""
 
     value: T
     zk_version: int
+    modified_zxid: int = -1
 
 
 class WatchHandle:

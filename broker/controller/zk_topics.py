@@ -252,7 +252,9 @@ class ZkTopicOps(ZkSession):
                 data, stat = self._kz.get(PartitionState.path(name, partition))
             except NoNodeError:
                 return None
-            return Versioned(PartitionState.decode(data, name, partition), int(stat.version))
+            return Versioned(
+                PartitionState.decode(data, name, partition), int(stat.version), int(stat.mzxid)
+            )
 
         return await self._run(work)
 
@@ -273,7 +275,9 @@ class ZkTopicOps(ZkSession):
                     data, stat = self._kz.get(PartitionState.path(name, p))
                 except NoNodeError:
                     continue
-                out[p] = Versioned(PartitionState.decode(data, name, p), int(stat.version))
+                out[p] = Versioned(
+                    PartitionState.decode(data, name, p), int(stat.version), int(stat.mzxid)
+                )
             return dict(sorted(out.items()))
 
         return await self._run(work)

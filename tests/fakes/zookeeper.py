@@ -65,6 +65,7 @@ class ZNode:
     data: bytes
     czxid: int
     version: int = 0
+    mzxid: int = -1  # the zxid of the last write (the creation's until a set)
     ephemeral_owner: int = 0
     next_sequence: int = 0
 
@@ -149,6 +150,7 @@ class FakeZooKeeper:
             raise BadVersion(f"{path}: version {node.version}, expected {version}")
         node.data = data
         node.version += 1
+        node.mzxid = next(self._zxid)
         self._changed(path)
         return node.version
 
@@ -538,7 +540,11 @@ class FakeZkClient:
         node = self.zk.exists(znodes.PartitionState.path(name, partition))
         if node is None:
             return None
-        return Versioned(znodes.PartitionState.decode(node.data, name, partition), node.version)
+        return Versioned(
+            znodes.PartitionState.decode(node.data, name, partition),
+            node.version,
+            node.mzxid if node.mzxid >= 0 else node.czxid,
+        )
 
     async def get_partition_states(self, name: str) -> dict[int, Versioned[znodes.PartitionState]]:
         out: dict[int, Versioned[znodes.PartitionState]] = {}

@@ -716,3 +716,63 @@ class _capture_errors:
 
     def __exit__(self, *exc: object) -> None:
         logging.getLogger("broker.controller").removeHandler(self.handler)
+
+
+# --------------------------------------------------------------------------- bounces
+
+
+async def _bounce(cluster: Cluster, broker_id: int) -> None:
+    """The broker's process dies and restarts before anyone reacts: its session closes and
+    a new one registers the same id (a new broker epoch), with no settling in between."""
+    node = cluster.nodes.pop(broker_id)
+    if node.controller is not None:
+        await node.controller.shutdown()
+    await node.topic_configs.stop()
+    await node.zk.close()
+    await cluster.start(broker_id)
+
+
+@cluster_test()
+async def test_a_bounced_leader_loses_leadership_and_leaves_the_isr(cluster: Cluster) -> None:
+    """As Kafka's controller (KIP-380): a broker whose epoch changed is failed, then
+    started: its partitions get another leader and it leaves their ISR (its log may have
+    lost a tail in recovery), to come back as a follower that catches up."""
+    await cluster.create_topic("t", {0: [2, 3, 1]})
+    await _bounce(cluster, 2)
+    st = await cluster.state(TP("t", 0))
+    assert st.leader == 3 and 2 not in st.isr, st
+    assert st.leader_epoch == 1
+    assert cluster.active.ctx.replica_states.state((TP("t", 0), 2)) is ReplicaState.OnlineReplica
+
+
+@cluster_test()
+async def test_a_bounce_during_controller_failover_is_found_by_the_new_controller(
+    cluster: Cluster,
+) -> None:
+    """The controller dies and the leader of a partition restarts before a new controller
+    reads ZooKeeper: nobody saw the bounce, but its new registration is younger than the
+    partition's state, so the new controller still fails it over (found by the fault
+    harness: the restarted leader kept leading with a log its recovery had cut)."""
+    await cluster.create_topic("t", {0: [2, 3, 1], 1: [3, 1, 2]})
+    old = cluster.nodes.pop(1)  # the controller goes away...
+    assert old.controller is not None
+    await old.controller.shutdown()
+    await old.topic_configs.stop()
+    await old.zk.close()
+    await _bounce(cluster, 2)  # ...and the leader of t-0 restarts meanwhile
+    await cluster.settle()
+    ctl = cluster.active
+    assert ctl.broker_id in (2, 3)
+    st = await cluster.state(TP("t", 0))
+    assert st.leader == 3 and 2 not in st.isr, st
+    st1 = await cluster.state(TP("t", 1))
+    assert st1.leader == 3 and 2 not in st1.isr, st1
+
+
+@cluster_test()
+async def test_failover_without_bounces_changes_no_leader(cluster: Cluster) -> None:
+    """The bounce check finds nothing when no broker restarted: leaders stay."""
+    await cluster.create_topic("t", {0: [2, 3, 1], 1: [3, 2, 1]})
+    await cluster.stop(1)
+    after = [await cluster.state(TP("t", p)) for p in (0, 1)]
+    assert [(s.leader, s.isr) for s in after] == [(2, (2, 3)), (3, (3, 2))]
