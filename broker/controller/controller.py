@@ -64,7 +64,7 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from broker.controller import znodes
-from broker.controller.bounces import restarted_since_last_write
+from broker.controller.broker_changes import BrokerChanges
 from broker.controller.channel import ChannelFactory, ControllerChannel, LocalHandler
 from broker.controller.context import ControllerContext
 from broker.controller.event_manager import ControllerEventManager, NotControllerError
@@ -96,7 +96,6 @@ from broker.controller.log_dir_failures import LogDirFailures
 from broker.controller.reassignment_manager import ReassignmentManager
 from broker.controller.requests import ControllerRequestSender
 from broker.controller.state_driver import StateDriver
-from broker.controller.state_machines import ReplicaState
 from broker.controller.topic_admin import (
     InvalidPartitionsError,
     TopicExistsError,
@@ -149,6 +148,7 @@ class Controller:
         )
         self.reassignments = ReassignmentManager(self.ctx, self.driver, self.requests)
         self.leaders = LeaderChanges(self.ctx, self.driver, self.requests, config)
+        self.brokers = BrokerChanges(self.ctx, zk, self.driver, self.requests, self.deletion)
         self.events = ControllerEventManager(self._process, self._resign)
         self._channel_factory = channel_factory
         self._local_handler: LocalHandler | None = None
@@ -311,19 +311,12 @@ class Controller:
         ctx = self.ctx
         assert self._local_handler is not None, "set_local_handler was not called"
         self.requests.channel = self._channel_factory(self.broker_id, self._local_handler)
-        await self._refresh_live_brokers()
+        await self.brokers.refresh_live_brokers()
         for name in await self.zk.get_all_topics():
             await self.driver.load_topic(name)
         ctx.deleting = set(await self.zk.get_topics_marked_for_deletion()) & set(ctx.topic_ids)
         await self.log_dir_failures.drop_pending_notifications()
-        bounced = restarted_since_last_write(ctx.states, ctx.state_zxids, ctx.broker_epochs)
-        if bounced:
-            log.warning(
-                "controller: brokers %s restarted after their partitions' last leader/ISR "
-                "change (while no controller was watching): handled as failed, then started",
-                sorted(bounced),
-            )
-            await self._on_brokers_bounce(bounced)
+        await self.brokers.fail_over_unseen_bounces()
         # new partitions and partitions whose leader is gone get a leader; dead brokers
         # leave the ISR of the others
         await self.driver.trigger_online()
@@ -340,122 +333,13 @@ class Controller:
             len(ctx.assignments),
         )
 
-    async def _refresh_live_brokers(self) -> tuple[set[int], set[int]]:
-        """Re-read ``/brokers/ids``; returns (new or bounced brokers, dead or bounced)."""
-        ctx = self.ctx
-        ids = set(await self.zk.get_broker_ids())
-        new: set[int] = set()
-        dead = set(ctx.live_brokers) - ids
-        for broker_id in sorted(ids):
-            epoch = await self.zk.get_broker_epoch(broker_id)
-            node = await self.zk.get_broker(broker_id)
-            if node is None or epoch is None:
-                if broker_id in ctx.live_brokers:
-                    dead.add(broker_id)
-                continue
-            if broker_id in ctx.live_brokers and ctx.broker_epochs.get(broker_id) != epoch:
-                dead.add(broker_id)  # bounced: treat as a failure then a start-up
-                new.add(broker_id)
-            elif broker_id not in ctx.live_brokers:
-                new.add(broker_id)
-            ctx.live_brokers[broker_id] = node
-            ctx.broker_epochs[broker_id] = epoch
-        for broker_id in dead - new:
-            ctx.live_brokers.pop(broker_id, None)
-            ctx.broker_epochs.pop(broker_id, None)
-        for broker_id in dead:
-            ctx.shutting_down.discard(broker_id)
-        channel = self.requests.channel
-        if channel is not None:
-            for broker_id in dead:
-                channel.remove_broker(broker_id)
-            for broker_id in sorted(new):
-                host, port = ControllerContext.address(ctx.live_brokers[broker_id])
-                channel.add_broker(broker_id, host, port)
-        return new, dead
-
     # ======================================================================================
-    # broker changes
+    # broker changes (broker/controller/broker_changes.py)
     # ======================================================================================
 
     async def _on_broker_change(self) -> None:
-        if not self.is_active:
-            return
-        new, dead = await self._refresh_live_brokers()
-        for broker_id in new | dead:  # a restarted broker reports its offline dirs again
-            self.ctx.replicas_on_offline_dirs.pop(broker_id, None)
-        bounced = new & dead
-        if bounced:
-            log.info("controller: brokers %s restarted", sorted(bounced))
-            await self._on_brokers_bounce(bounced)
-            new, dead = new - bounced, dead - bounced
-        if dead:
-            log.info("controller: brokers %s failed", sorted(dead))
-            await self._on_brokers_failure(dead)
-        if new:
-            log.info("controller: brokers %s started", sorted(new))
-            await self._on_brokers_startup(new)
-
-    async def _on_brokers_bounce(self, bounced: set[int]) -> None:
-        """Brokers that restarted: as Kafka's controller does with a bounced broker, run
-        the failure step without them among the live brokers (leaders elected elsewhere,
-        out of every ISR), then the start-up step (they follow and catch up)."""
-        ctx = self.ctx
-        saved = {b: (ctx.live_brokers[b], ctx.broker_epochs[b]) for b in bounced}
-        for b in bounced:
-            del ctx.live_brokers[b]
-            del ctx.broker_epochs[b]
-        try:
-            await self._on_brokers_failure(bounced)
-        finally:
-            for b, (node, epoch) in saved.items():
-                ctx.live_brokers[b] = node
-                ctx.broker_epochs[b] = epoch
-        await self._on_brokers_startup(bounced)
-
-    async def _on_brokers_failure(self, dead: set[int]) -> None:
-        ctx = self.ctx
-        self.driver.replicas_to(
-            [
-                (tp, r)
-                for tp, a in ctx.assignments.items()
-                for r in a.replicas
-                if r in dead
-                and ctx.replica_states.state((tp, r)) is not ReplicaState.NonExistentReplica
-            ],
-            ReplicaState.OfflineReplica,
-        )
-        self.driver.mark_offline(tp for tp, st in ctx.states.items() if st.leader in dead)
-        initialized, elected = await self.driver.trigger_online()
-        shrunk = await self.driver.remove_from_isr(
-            tp
-            for tp, st in ctx.states.items()
-            if tp not in elected and any(r in dead for r in st.isr)
-        )
-        changed = sorted({*elected, *shrunk})
-        self.requests.leader_and_isr(changed + initialized, new=initialized)
-        # as Kafka's OfflineReplica transitions: every partition with a replica on a dead
-        # broker, so its offline replicas are current everywhere
-        hosted = {tp for tp, a in ctx.assignments.items() if any(r in dead for r in a.replicas)}
-        self.requests.update_metadata(sorted(hosted | {*changed, *initialized}))
-
-    async def _on_brokers_startup(self, new: set[int]) -> None:
-        ctx = self.ctx
-        self.requests.update_metadata(None, brokers=sorted(new))
-        self.requests.update_metadata([], brokers=sorted(set(ctx.live_brokers) - new))
-        hosted = [tp for tp, a in ctx.assignments.items() if any(r in new for r in a.replicas)]
-        self.driver.replicas_started(
-            [(tp, r) for tp in hosted for r in ctx.assignments[tp].replicas if r in new],
-            ctx.live_brokers,
-        )
-        initialized, changed = await self.driver.trigger_online()
-        self.requests.leader_and_isr(changed)
-        self.requests.leader_and_isr(
-            [tp for tp in hosted if tp not in changed], only=new, new=initialized
-        )
-        # as Kafka's OnlineReplica transitions: the new broker's replicas are online again
-        self.requests.update_metadata(sorted({*changed, *initialized, *hosted}))
-        await self.deletion.resume()
+        if self.is_active:
+            await self.brokers.on_change()
 
     # ======================================================================================
     # ISR changes written by leaders
