@@ -6,13 +6,25 @@ STAMP  := $(VENV)/.installed
 DIR    ?= run/cluster
 BROKERS ?= 1
 
-.PHONY: setup test test-unit fault lint format demo bench bench-quick cluster-up cluster-down clean
+.PHONY: setup net-tools test test-unit fault lint format demo bench bench-quick cluster-up cluster-down clean
 
 JVM    := .cache/jvm
 JVM_STAMP := $(JVM)/.fetched
 KAFKA_CLIENTS_3 := 3.9.1
 
-setup: $(STAMP) $(JVM_STAMP)
+setup: $(STAMP) $(JVM_STAMP) net-tools
+
+# The fault harness (tests/fault) cuts links inside network namespaces of its own with
+# iptables: installed from Debian's packages when missing (root and apt-get needed; without
+# them the fault harness skips and says why).
+net-tools:
+	@command -v iptables >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing iptables for the fault harness"; \
+	    apt-get install -y -q iptables >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q iptables >/dev/null 2>&1; } || \
+	    echo "could not install iptables: the fault harness will skip"; \
+	  else echo "iptables missing (needs root and apt-get): the fault harness will skip"; fi; }
 
 # The editable install also compiles the reader's record decoder (setup.py, a C extension).
 $(STAMP): pyproject.toml setup.py spark_connector/_native_records.c
@@ -41,9 +53,13 @@ test: setup
 
 # The fault-injection tests (marker fault), the long ones (marker long) included, with longer
 # runs: more seeded SIGKILLs of a broker in the middle of log cleaning
-# (MILLRACE_COMPACTION_KILLS); about 30 minutes.
+# (MILLRACE_COMPACTION_KILLS), and the Jepsen-style harness (tests/fault): for each of its
+# eleven fault kinds a run of MILLRACE_FAULTS_PER_KIND faults against the four workloads at
+# once (>= 100 faults per workload), whose reports (reliability/faults/*.json) become
+# RELIABILITY.md's table, even when a run found an anomaly.
 fault: setup
-	MILLRACE_COMPACTION_KILLS=60 $(PY) -m pytest -q -p no:cacheprovider -m fault tests
+	MILLRACE_COMPACTION_KILLS=60 MILLRACE_FAULTS_PER_KIND=10 $(PY) -m pytest -q -p no:cacheprovider -m fault tests; \
+	status=$$?; $(PY) -m tests.fault.report; exit $$status
 
 test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "unit or property" tests

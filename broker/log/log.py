@@ -20,7 +20,8 @@ is written and answered with the original offsets (KIP-98).
 Opening (``Log.open``) is :mod:`broker.log.log_loader`'s: leftover files, segment recovery
 from the recovery point, the leader epoch cache and the producer state. The segments
 themselves, reads, flushes and the delayed deletion of files are
-:class:`~broker.log.local_log.LocalLog`'s, which this class extends.
+:class:`~broker.log.local_log.LocalLog`'s, retention and DeleteRecords
+:class:`~broker.log.log_retention.LogRetention`'s; this class extends both.
 
 Transactions (KIP-98): a transaction marker (a control batch appended for the coordinator by
 ``append_markers`` as leader, or replicated like any batch) ends a producer's transaction;
@@ -53,19 +54,18 @@ import crc32c
 from broker.clock import Clock
 from broker.log.checkpoints import fsync_dir
 from broker.log.errors import (
-    OffsetOutOfRangeError,
     UnexpectedAppendOffsetError,
 )
 from broker.log.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from broker.log.local_log import (
     DELETE_DIR_SUFFIX,
-    LocalLog,
     SegmentPredicate,
     parse_topic_partition,
     storage_operation,
 )
 from broker.log.log_dir_failure import LogDirStatus
 from broker.log.log_loader import LogLoader, marker_reader
+from broker.log.log_retention import LogRetention
 from broker.log.producer_state import CompletedTxn, EndTxnMarkerInfo, ProducerStateManager
 from broker.log.segment import LogSegment
 from broker.log.time_index import NO_TIMESTAMP
@@ -121,7 +121,7 @@ class AppendResult:
     duplicate: bool = False
 
 
-class Log(LocalLog):
+class Log(LogRetention):
     """One partition's log in its directory (format and rules in the module docstring).
 
     Public state: ``topic_partition``, ``dir``, ``config``, ``log_start_offset``,
@@ -571,7 +571,15 @@ class Log(LocalLog):
         if offset < self._segments.first.base_offset:
             self.truncate_fully_and_start_at(offset)
             return
-        logger.info("%s: truncating to offset %d", self.topic_partition, offset)
+        hw = self.high_watermark
+        logger.log(
+            logging.WARNING if hw is not None and offset < hw else logging.INFO,
+            "%s: truncating to offset %d (log end %d, high watermark %s)",
+            self.topic_partition,
+            offset,
+            self.log_end_offset,
+            hw,
+        )
         self._truncations += 1
         self._schedule_delete(self._segments.drop_after(offset))
         segment = self._segments.active
@@ -616,91 +624,6 @@ class Log(LocalLog):
             self.high_watermark = offset
         self.leader_epoch_cache.clear()
         self.producer_state.truncate(offset, offset, self.batches_from)
-
-    @storage_operation("moving the log start of")
-    def advance_log_start_offset(self, offset: int) -> None:
-        """Move the log start up to ``offset`` (DeleteRecords) and delete the segments wholly
-        below it. Raises OffsetOutOfRangeError beyond the log end; lower offsets are a no-op.
-        """
-        self._check_open()
-        if offset > self.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"cannot move the log start of {self.topic_partition} to {offset} beyond "
-                f"the log end {self.log_end_offset}"
-            )
-        if offset <= self._log_start_offset:
-            return
-        self._log_start_offset = offset
-        self.leader_epoch_cache.truncate_from_start(offset)
-        self._delete_segments(self._deletable(self._start_offset_breached), "log start offset")
-
-    # ======================================================================================
-    # retention and deletion
-    # ======================================================================================
-
-    @storage_operation("deleting old segments of")
-    def delete_old_segments(self) -> int:
-        """Apply retention; returns the number of segments deleted.
-
-        With ``cleanup.policy`` delete: segments whose largest timestamp is older than
-        ``retention.ms``, the oldest segments while the log exceeds ``retention.bytes``; in
-        every case segments wholly below the log start. Only a prefix of the log is ever
-        deleted, never past ``high_watermark``; if every segment (the non-empty active one
-        included) qualifies, the log rolls first so the active segment can go too.
-        """
-        self._check_open()
-        deleted = self._delete_segments(
-            self._deletable(self._start_offset_breached), "log start offset"
-        )
-        config = self.config
-        if config.delete:
-            if config.retention_bytes >= 0:
-                excess = self.size_in_bytes - config.retention_bytes
-                if excess >= 0:
-                    budget = [excess]
-
-                    def size_breached(seg: LogSegment, _nxt: LogSegment | None) -> bool:
-                        if budget[0] - seg.size >= 0:
-                            budget[0] -= seg.size
-                            return True
-                        return False
-
-                    deleted += self._delete_segments(
-                        self._deletable(size_breached), "retention.bytes"
-                    )
-            if config.retention_ms >= 0:
-                now = self._clock.time_ms()
-                limit = config.retention_ms
-
-                def time_breached(seg: LogSegment, _nxt: LogSegment | None) -> bool:
-                    return now - seg.largest_timestamp > limit
-
-                deleted += self._delete_segments(self._deletable(time_breached), "retention.ms")
-        self.delete_pending_files()
-        return deleted
-
-    def _start_offset_breached(self, _seg: LogSegment, nxt: LogSegment | None) -> bool:
-        return nxt is not None and nxt.base_offset <= self._log_start_offset
-
-    def _delete_segments(self, doomed: list[LogSegment], reason: str) -> int:
-        if not doomed:
-            return 0
-        if len(doomed) == len(self._segments):
-            self._roll(None)
-        n = len(doomed)
-        logger.info(
-            "%s: deleting %d segments (%s): %s",
-            self.topic_partition,
-            n,
-            reason,
-            [s.base_offset for s in doomed],
-        )
-        self._segments.drop_prefix(n)
-        self._schedule_delete(doomed)
-        self._log_start_offset = max(self._log_start_offset, self._segments.first.base_offset)
-        self.producer_state.on_log_start_offset(self._log_start_offset)
-        self.leader_epoch_cache.truncate_from_start(self._log_start_offset)
-        return n
 
     # ======================================================================================
     # flush, close, delete

@@ -346,10 +346,18 @@ class ProducerStateManager:
         for meta in batches:
             if meta.first_seq == first_seq and meta.last_seq == batch_last_seq:
                 return meta
-        raise OutOfOrderSequenceError(
+        message = (
             f"producer {pid} epoch {epoch} sent sequence {first_seq}..{batch_last_seq}, "
             f"expected {0 if last_seq == _MAX_SEQ else last_seq + 1}"
         )
+        # rare and fatal for the producer: worth a line in the broker's log
+        logger.warning(
+            "%s: out of order: %s (last batch at offset %d)",
+            self._dir.name,
+            message,
+            batches[-1].last_offset if batches else -1,
+        )
+        raise OutOfOrderSequenceError(message)
 
     def check_marker(self, header: BatchHeader, coordinator_epoch: int) -> None:
         """Validate a marker from the transaction coordinator before a leader appends it:

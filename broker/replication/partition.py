@@ -31,11 +31,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from broker.log.errors import OffsetOutOfRangeError
 from broker.log.file_records import FetchSlice
 from broker.log.log import AppendOrigin, AppendResult, Log
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import BatchHeader
 from broker.types import TopicPartition
+
+# ListOffsets' special timestamps
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
 
 
 class NotLeaderError(KafkaError):
@@ -345,3 +351,45 @@ class Partition:
             self.log.log_end_offset,
             aborted,
         )
+
+    # --- offsets ----------------------------------------------------------------------
+
+    def offset_for_timestamp(
+        self, timestamp: int, *, committed_only: bool = True, read_committed: bool = False
+    ) -> tuple[int, int, int]:
+        """(offset, timestamp, leader_epoch) answering a ListOffsets query: earliest (-2),
+        latest (-1), max timestamp (-3), or the first offset whose timestamp is >= the
+        target. Consumers see up to the high watermark, or the last stable offset when
+        ``read_committed``; followers and tools (``committed_only`` False) the log end."""
+        plog = self.log
+        epoch = self.leader_epoch
+        if read_committed:
+            upper = self.last_stable_offset
+        else:
+            upper = self.high_watermark if committed_only else plog.log_end_offset
+        if timestamp == EARLIEST_TIMESTAMP:
+            return plog.log_start_offset, -1, epoch
+        if timestamp == LATEST_TIMESTAMP:
+            return upper, -1, epoch
+        if timestamp == MAX_TIMESTAMP:
+            ts, offset = plog.max_timestamp_and_offset()
+            if offset < 0 or offset >= upper:
+                return -1, -1, epoch
+            return offset, ts, epoch
+        found = plog.offset_for_timestamp(timestamp)
+        if found is None or found[0] >= upper:
+            return -1, -1, epoch
+        return found[0], found[1], epoch
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords on the leader: the log start moves to ``offset`` (-1: the high
+        watermark), never past the high watermark; returns the new log start offset."""
+        target = self.high_watermark if offset == -1 else offset
+        if target < 0 or target > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {self.tp} up to {offset}: high watermark is "
+                f"{self.high_watermark}"
+            )
+        if target > self.log.log_start_offset:
+            self.log.advance_log_start_offset(target)
+        return self.log.log_start_offset

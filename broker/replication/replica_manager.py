@@ -62,9 +62,6 @@ from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3
 HW_CHECKPOINT = "replication-offset-checkpoint"
 
 
@@ -644,29 +641,13 @@ class ReplicaManager:
         committed_only: bool = True,
         read_committed: bool = False,
     ) -> tuple[int, int, int]:
-        """(offset, timestamp, leader_epoch) answering a ListOffsets query: consumers see up
-        to the high watermark, or the last stable offset when ``read_committed``."""
+        """(offset, timestamp, leader_epoch) answering a ListOffsets query
+        (:meth:`Partition.offset_for_timestamp`) on the partition this broker leads."""
         partition = self.leader_partition(tp)
         partition.check_leader_epoch(current_leader_epoch)
-        plog = partition.log
-        epoch = partition.leader_epoch
-        if read_committed:
-            upper = partition.last_stable_offset
-        else:
-            upper = partition.high_watermark if committed_only else plog.log_end_offset
-        if timestamp == EARLIEST_TIMESTAMP:
-            return plog.log_start_offset, -1, epoch
-        if timestamp == LATEST_TIMESTAMP:
-            return upper, -1, epoch
-        if timestamp == MAX_TIMESTAMP:
-            ts, offset = plog.max_timestamp_and_offset()
-            if offset < 0 or offset >= upper:
-                return -1, -1, epoch
-            return offset, ts, epoch
-        found = plog.offset_for_timestamp(timestamp)
-        if found is None or found[0] >= upper:
-            return -1, -1, epoch
-        return found[0], found[1], epoch
+        return partition.offset_for_timestamp(
+            timestamp, committed_only=committed_only, read_committed=read_committed
+        )
 
     def describe_producers(self, tp: TopicPartition) -> list[ProducerEntry]:
         """The active producers of a partition this broker hosts (leader or follower), for
@@ -689,16 +670,7 @@ class ReplicaManager:
 
     def delete_records(self, tp: TopicPartition, offset: int) -> int:
         """Advance the log start offset (DeleteRecords); returns the new low watermark."""
-        partition = self.leader_partition(tp)
-        target = partition.high_watermark if offset == -1 else offset
-        if target < 0 or target > partition.high_watermark:
-            raise OffsetOutOfRangeError(
-                f"cannot delete records of {tp} up to {offset}: high watermark is "
-                f"{partition.high_watermark}"
-            )
-        if target > partition.log.log_start_offset:
-            partition.log.advance_log_start_offset(target)
-        return partition.log.log_start_offset
+        return self.leader_partition(tp).delete_records_before(offset)
 
     # --- housekeeping ---------------------------------------------------------------------
 
