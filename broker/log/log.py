@@ -66,11 +66,17 @@ from broker.log.local_log import (
 from broker.log.log_dir_failure import LogDirStatus
 from broker.log.log_loader import LogLoader, marker_reader
 from broker.log.log_retention import LogRetention
-from broker.log.producer_state import CompletedTxn, EndTxnMarkerInfo, ProducerStateManager
+from broker.log.producer_state import (
+    BatchMetadata,
+    CompletedTxn,
+    EndTxnMarkerInfo,
+    ProducerStateManager,
+)
 from broker.log.segment import LogSegment
 from broker.log.time_index import NO_TIMESTAMP
 from broker.log.transaction_index import AbortedTxn
 from broker.protocol.control_records import EndTxnMarker, InvalidControlRecordError, decode_marker
+from broker.protocol.errors import KafkaError
 from broker.protocol.records import (
     ATTRIBUTES_OFFSET,
     BatchHeader,
@@ -305,16 +311,7 @@ class Log(LogRetention):
                     header, sequence=origin is AppendOrigin.CLIENT
                 )
                 if original is not None:
-                    ts = original.timestamp
-                    return AppendResult(
-                        original.first_offset,
-                        original.last_offset,
-                        ts if log_append_time else NO_TIMESTAMP,
-                        ts,
-                        original.last_offset,
-                        self._log_start_offset,
-                        duplicate=True,
-                    )
+                    return self._duplicate_result(original)
 
         first_offset = self.log_end_offset
         next_offset = first_offset
@@ -377,6 +374,31 @@ class Log(LogRetention):
         )
 
     @storage_operation("appending to")
+    def duplicate_of(self, batches: list[BatchHeader]) -> AppendResult | None:
+        """The original offsets if the first batch repeats one an idempotent producer
+        already appended (a retry, nothing to write), else None (also when the batch would
+        be refused: out of order, an old epoch)."""
+        header = batches[0] if batches else None
+        if header is None or header.is_control or header.producer_id < 0:
+            return None
+        try:
+            original = self.producer_state.check_batch(header)
+        except KafkaError:
+            return None
+        return None if original is None else self._duplicate_result(original)
+
+    def _duplicate_result(self, original: BatchMetadata) -> AppendResult:
+        ts = original.timestamp
+        return AppendResult(
+            original.first_offset,
+            original.last_offset,
+            ts if self.config.log_append_time else NO_TIMESTAMP,
+            ts,
+            original.last_offset,
+            self._log_start_offset,
+            duplicate=True,
+        )
+
     def append_as_follower(
         self, buf: bytes | bytearray | memoryview, batches: list[BatchHeader]
     ) -> AppendResult:

@@ -191,6 +191,14 @@ class Partition:
             raise NotLeaderError(f"broker {self.broker_id} is not the leader of {self.tp}")
         min_isr = self.log.config.min_insync_replicas
         if required_acks == -1 and len(self.isr) < min_isr:
+            # A retry of a batch this log already holds is not refused as "not written"
+            # (NOT_ENOUGH_REPLICAS, which librdkafka takes as not persisted and may send
+            # again under a bumped epoch: a duplicate): it answers with the original offsets
+            # and the caller decides as for any append (NOT_ENOUGH_REPLICAS_AFTER_APPEND while
+            # the ISR is short). Kafka checks the ISR first; this is stricter.
+            original = self.log.duplicate_of(batches) if origin is AppendOrigin.CLIENT else None
+            if original is not None:
+                return original
             raise NotEnoughReplicasError(
                 f"{self.tp} has {len(self.isr)} in-sync replicas, fewer than "
                 f"min.insync.replicas {min_isr}"

@@ -460,8 +460,15 @@ class ReplicaManager:
                     last_offset=appended.last_offset,
                 )
                 woken += self.notify_high_watermark(tp)
-                if required_acks == -1 and not partition.offset_is_acked(appended.last_offset + 1):
-                    waiting[tp] = appended.last_offset + 1
+                if required_acks == -1:
+                    if not partition.offset_is_acked(appended.last_offset + 1):
+                        waiting[tp] = appended.last_offset + 1
+                    elif len(partition.isr) < cfg.min_insync_replicas:
+                        # a retried duplicate, committed, but the ISR is short right now
+                        results[tp] = ProduceResult(
+                            ErrorCode.not_enough_replicas_after_append,
+                            error_message=f"{tp} has {len(partition.isr)} in-sync replicas",
+                        )
             except KafkaError as exc:
                 results[tp] = ProduceResult(exc.code, error_message=str(exc) or None)
             except Exception as exc:

@@ -490,3 +490,44 @@ def test_a_fetch_woken_by_an_append_answers_before_the_produce(tmp_path: Path) -
 
     assert _run(scenario) == 4
     assert order == ["fetch", "produce"]
+
+
+def test_a_retried_duplicate_while_the_isr_is_short_is_not_called_unwritten(
+    tmp_path: Path,
+) -> None:
+    """An idempotent producer's retry of a batch the leader already holds, arriving while
+    the ISR is below min.insync.replicas, is answered NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    ("possibly persisted"), not NOT_ENOUGH_REPLICAS ("not written": librdkafka may then send
+    the records again under a bumped epoch, a duplicate the fault harness found); once the
+    ISR is whole again the retry gets the original offsets. A new batch is still refused."""
+    b = Broker(tmp_path, LogConfig(min_insync_replicas=2))
+    b.apply(1, _spec(leader=1, epoch=0, isr=(1, 2)))
+    p = b.rm.partitions[TP]
+
+    def batch(seq: int) -> bytes:
+        return records.encode_batch(
+            [records.SimpleRecord(b"v%d" % seq, b"k", NOW)],
+            producer_id=7,
+            producer_epoch=0,
+            base_sequence=seq,
+        )
+
+    async def produce(data: bytes) -> tuple[ErrorCode, int]:
+        result = (await b.rm.append_records({TP: data}, required_acks=-1, timeout_ms=5000))[TP]
+        return result.error, result.base_offset
+
+    async def scenario() -> None:
+        first = asyncio.create_task(produce(batch(0)))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not first.done()  # written, waiting for follower 2
+        await _fetch(b.rm, 1, replica_id=2)  # follower 2 has it: committed
+        assert await asyncio.wait_for(first, 2) == (ErrorCode.none, 0)
+        p.isr = (1,)  # the ISR shrinks (as AlterIsr would)
+        assert await produce(batch(0)) == (ErrorCode.not_enough_replicas_after_append, -1)
+        assert (await produce(batch(1)))[0] == ErrorCode.not_enough_replicas
+        assert p.log.log_end_offset == 1  # nothing written twice
+        p.isr = (1, 2)
+        assert await produce(batch(0)) == (ErrorCode.none, 0)  # the original offset
+
+    _run(scenario)
