@@ -99,11 +99,18 @@ def _bounded_lz4(data: bytes, max_bytes: int) -> bytes:
 
 
 def _bounded_zstd(data: bytes, max_bytes: int) -> bytes:
+    # read in chunks: read(max_bytes + 1) would allocate the whole bound for every batch
     reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data))
-    out = reader.read(max_bytes + 1)
-    if len(out) > max_bytes:
-        raise _too_big(max_bytes)
-    return out
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        chunk = reader.read(min(_CHUNK * 4, max_bytes + 1 - total))
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+        total += len(chunk)
+        if total > max_bytes:
+            raise _too_big(max_bytes)
 
 
 def _snappy_block(block: bytes, max_bytes: int) -> bytes:
