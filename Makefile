@@ -15,7 +15,7 @@ KAFKA_CLIENTS_3 := 3.9.1
 setup: $(STAMP) $(JVM_STAMP)
 
 # The editable install also compiles the reader's record decoder (setup.py, a C extension).
-$(STAMP): pyproject.toml setup.py spark_connector/_native_records.c
+$(STAMP): pyproject.toml setup.py spark_connector/_native_records.c broker/protocol/_record_check.c broker/protocol/_request_check.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
@@ -41,9 +41,11 @@ test: setup
 
 # The fault-injection tests (marker fault), the long ones (marker long) included, with longer
 # runs: more seeded SIGKILLs of a broker in the middle of log cleaning
-# (MILLRACE_COMPACTION_KILLS); about 30 minutes.
+# (MILLRACE_COMPACTION_KILLS) and 1,000,000 fuzzed requests against a broker
+# (MILLRACE_FUZZ_REQUESTS; tests/fuzz/test_fuzz_long.py, figures in benchmarks/fuzz-long.json,
+# replay with MILLRACE_FUZZ_SEED); about 45 minutes.
 fault: setup
-	MILLRACE_COMPACTION_KILLS=60 $(PY) -m pytest -q -p no:cacheprovider -m fault tests
+	MILLRACE_COMPACTION_KILLS=60 MILLRACE_FUZZ_REQUESTS=1000000 $(PY) -m pytest -q -p no:cacheprovider -m fault tests
 
 test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "unit or property" tests
