@@ -251,6 +251,11 @@ class KafkaServer:
                     log.info("closing connection %s: %s", info.peer, exc)
                     transport.abort()
                     return
+                except Exception:
+                    # a handler bug: close this connection only, and say so once
+                    log.exception("request handler failed; closing connection %s", info.peer)
+                    transport.abort()
+                    return
                 if response is None:
                     inflight.count -= 1
                     continue
@@ -279,7 +284,8 @@ class KafkaServer:
                     writer.write(out[0] if len(out) == 1 else b"".join(out))
                 await writer.drain()
                 inflight.count -= 1
-        except (ConnectionError, OSError) as exc:
+        except (ConnectionError, OSError, ValueError) as exc:
+            # ValueError: a file region whose file was closed under it
             log.debug("connection %s write failed: %s", info.peer, exc)
             transport.abort()
         finally:
