@@ -31,9 +31,10 @@ from tests.fuzz.strategies import DrawSource, Generated
 if TYPE_CHECKING:
     from tests.harness.cluster import Cluster
 
+# integration only (not property): it needs a cluster, and make test-unit runs
+# "unit or property" without one
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.property,
     pytest.mark.timeout(300),
     pytest.mark.cluster_config(FUZZ_PROPS),
 ]
