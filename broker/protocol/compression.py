@@ -100,16 +100,15 @@ def _bounded_lz4(data: bytes, max_bytes: int) -> bytes:
 
 def _bounded_zstd(data: bytes, max_bytes: int) -> bytes:
     # read in chunks: read(max_bytes + 1) would allocate the whole bound for every batch
+    # (into one growing buffer: a list joined at the end would hold the output twice)
     reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data))
-    parts: list[bytes] = []
-    total = 0
+    out = bytearray()
     while True:
-        chunk = reader.read(min(_CHUNK * 4, max_bytes + 1 - total))
+        chunk = reader.read(min(_CHUNK * 4, max_bytes + 1 - len(out)))
         if not chunk:
-            return b"".join(parts)
-        parts.append(chunk)
-        total += len(chunk)
-        if total > max_bytes:
+            return bytes(out)
+        out += chunk
+        if len(out) > max_bytes:
             raise _too_big(max_bytes)
 
 

@@ -154,9 +154,11 @@ class UnsupportedCompressionTypeError(KafkaError):
 
 # The most a compressed batch may expand to when the broker decompresses it to validate its
 # records (Kafka sets no such bound; a decompression bomb would otherwise cost unbounded
-# memory). Legitimate batches are far smaller: clients bound the uncompressed size of a batch
-# (librdkafka batch.size 1 MB, the Java client's 16 KiB).
-MAX_DECOMPRESSED_BYTES = 64 * 2**20
+# memory, and a 1 MiB gzip or zstd batch can claim gigabytes). Legitimate batches are far
+# smaller: clients bound the uncompressed size of a batch (librdkafka batch.size 1 MB, the
+# Java client's 16 KiB), and 32 MiB is 32 times the default max.message.bytes. A codec may
+# hold its output twice while finishing, so a bomb costs the broker up to ~64 MiB, briefly.
+MAX_DECOMPRESSED_BYTES = 32 * 2**20
 
 
 def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:

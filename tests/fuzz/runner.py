@@ -16,6 +16,8 @@ per connection and increasing, so every response is matched to its request:
   that does (``Generated.valid``), it is a failure (the broker could parse it, so it owed an
   answer), except for a Produce with acks=0 and frames over ``socket.request.max.bytes``;
 * no answer within ``timeout_s`` is a failure (a hang);
+* a window also stops at about ``max_request_bytes`` of requests, so the broker holds at most
+  about two frame limits of request bytes per connection at once;
 * meanwhile a monitor checks every half second that the broker pid is alive and records its
   peak RSS (``VmHWM``); a canary (:mod:`tests.fuzz.canary`) keeps producing and consuming with
   confluent-kafka on its own topic, and any error of it is a failure.
@@ -366,7 +368,10 @@ class Runner:
             window: list[_Sent] = []
             out: list[bytes] = []
             half_close = False
-            while len(window) < self.window:
+            window_bytes = 0
+            # a window holds at most `window` requests and about one frame limit of bytes, so
+            # what the broker buffers for this connection stays near socket.request.max.bytes
+            while len(window) < self.window and window_bytes < self.max_request_bytes:
                 gen = pending.pop() if pending else self._next(src)
                 if gen is None:
                     break
@@ -391,6 +396,7 @@ class Runner:
                 window.append(sent)
                 claim = gen.frame_claim
                 out.append(_I32.pack(len(body) if claim is None else claim) + body)
+                window_bytes += len(body)
                 self.stats.by_api[_API_NAMES.get(api_key, "unknown")] += 1
                 if claim is not None:
                     half_close = True

@@ -10,7 +10,9 @@ checks what must hold afterwards:
   watermark without an error;
 * the broker's output has no traceback (a handler that raised is a bug even though the
   dispatcher only closed that connection);
-* the broker's peak RSS stayed under ``rss_budget_mb`` above its RSS before the run.
+* the broker's peak RSS grew at most ``rss_budget_mb`` above its RSS before the run
+  (:func:`rss_budget`: working set + two frame limits per connection + twice the
+  decompression bound).
 
 Concurrency: call from one thread; it blocks until the run is over.
 """
@@ -26,6 +28,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from broker.protocol import records
 from tests.fuzz import logcheck, strategies
 from tests.fuzz.canary import Canary
 from tests.fuzz.runner import Mix, Runner, Stats, pid_alive
@@ -50,6 +53,7 @@ class SessionReport:
     canary_max_latency_s: float = 0.0
     consumed: int = 0
     broker_errors: list[str] = field(default_factory=list)
+    rss_budget_mb: int = 0
 
     def summary(self) -> dict[str, Any]:
         s = self.stats
@@ -64,6 +68,7 @@ class SessionReport:
             "broker_crashes": sum(1 for f in s.failures if "is gone" in f),
             "broker_rss_start_mb": round(s.broker_rss_start_kb / 1024, 1),
             "broker_peak_rss_mb": round(s.broker_peak_rss_kb / 1024, 1),
+            "broker_rss_growth_budget_mb": self.rss_budget_mb,
             "seconds": s.seconds,
             "requests_per_second": round(s.requests / s.seconds) if s.seconds else 0,
             "seed": s.seed,
@@ -76,6 +81,19 @@ class SessionReport:
             "canary_max_latency_s": round(self.canary_max_latency_s, 2),
             "broker_errors_logged": len(self.broker_errors),
         }
+
+
+MAX_REQUEST_MB = int(FUZZ_PROPS["socket.request.max.bytes"]) // 2**20
+WORKING_SET_MB = 96  # what a broker grows to serving this mix (topics, groups, caches, code)
+
+
+def rss_budget(connections: int) -> int:
+    """How much the broker's peak RSS may grow during a run, in MiB: its working set, two
+    frame limits of request bytes per connection (the runner's window, and the frame being
+    read), and twice the decompression bound (a codec may hold its output twice while it
+    finishes). Anything above is memory the requests did not pay for."""
+    decompress_mb = records.MAX_DECOMPRESSED_BYTES // 2**20
+    return WORKING_SET_MB + connections * 2 * MAX_REQUEST_MB + 2 * decompress_mb
 
 
 def _create_topics(cluster: Any) -> str:
@@ -158,7 +176,7 @@ def fuzz_session(
     seed: int,
     connections: int = 6,
     window: int = 32,
-    rss_budget_mb: int = 256,
+    rss_budget_mb: int | None = None,
     mix: Mix | None = None,
     progress_every: int = 0,
     fail_fast: bool = True,
@@ -193,6 +211,9 @@ def fuzz_session(
         report.problems.append(f"broker pid {pid} died")
         return report
     growth_mb = (stats.broker_peak_rss_kb - stats.broker_rss_start_kb) / 1024
+    if rss_budget_mb is None:
+        rss_budget_mb = rss_budget(connections)
+    report.rss_budget_mb = rss_budget_mb
     if growth_mb > rss_budget_mb:
         report.problems.append(
             f"broker peak RSS grew {growth_mb:.0f} MiB during the run (budget {rss_budget_mb} MiB)"
