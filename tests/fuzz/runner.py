@@ -429,6 +429,11 @@ class Runner:
                     (size,) = _I32.unpack(head)
                     frame = await reader.readexactly(size)
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                # requests that owe no answer are done; the close belongs to the next one
+                while i < len(window) - 1 and window[i].acks_zero:
+                    self._count(window[i])
+                    self.stats.no_response += 1
+                    i += 1
                 if i < len(window):
                     self._count(window[i])
                     self.on_close(window[i])

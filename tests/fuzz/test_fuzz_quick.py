@@ -53,17 +53,23 @@ def _exchange(cluster: Cluster, gen: Generated) -> Runner:
     version = int.from_bytes(body[2:4], "big", signed=True) if len(body) >= 4 else -1
     corr = int.from_bytes(body[4:8], "big", signed=True) if len(body) >= 8 else -1
     sent = _Sent(gen, corr, api_key, version, len(body), _produce_acks_zero(body))
+    data = bytearray()
     with socket.create_connection((cluster.host, cluster.port), timeout=30) as sock:
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        if sent.acks_zero:
-            sock.sendall(struct.pack(">i", 10) + b"\x00\x12\x00\x00\x7f\xff\xff\xff\xff\xff")
-        sock.shutdown(socket.SHUT_WR)
-        data = bytearray()
-        while True:
-            chunk = sock.recv(1 << 20)
-            if not chunk:
-                break
-            data += chunk
+        try:
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            if sent.acks_zero:
+                sock.sendall(struct.pack(">i", 10) + b"\x00\x12\x00\x00\x7f\xff\xff\xff\xff\xff")
+            sock.shutdown(socket.SHUT_WR)
+            while True:
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+        except (ConnectionError, OSError) as exc:
+            if isinstance(exc, TimeoutError):
+                raise  # no answer and no close: a hang
+            # the broker closed first (possibly before we finished writing): what it sent
+            # before closing, if anything, is judged below
     if len(data) < 4:
         runner.on_close(sent)
         return runner
