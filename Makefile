@@ -27,7 +27,7 @@ net-tools:
 	  else echo "iptables missing (needs root and apt-get): the fault harness will skip"; fi; }
 
 # The editable install also compiles the reader's record decoder (setup.py, a C extension).
-$(STAMP): pyproject.toml setup.py spark_connector/_native_records.c
+$(STAMP): pyproject.toml setup.py spark_connector/_native_records.c broker/protocol/_record_check.c broker/protocol/_request_check.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
@@ -53,12 +53,15 @@ test: setup
 
 # The fault-injection tests (marker fault), the long ones (marker long) included, with longer
 # runs: more seeded SIGKILLs of a broker in the middle of log cleaning
-# (MILLRACE_COMPACTION_KILLS), and the Jepsen-style harness (tests/fault): for each of its
+# (MILLRACE_COMPACTION_KILLS), 1,000,000 fuzzed requests against a broker
+# (MILLRACE_FUZZ_REQUESTS; tests/fuzz/test_fuzz_long.py, figures in benchmarks/fuzz-long.json,
+# replay with MILLRACE_FUZZ_SEED), and the Jepsen-style harness (tests/fault): for each of its
 # eleven fault kinds a run of MILLRACE_FAULTS_PER_KIND faults against the four workloads at
 # once (>= 100 faults per workload), whose reports (reliability/faults/*.json) become
-# RELIABILITY.md's table, even when a run found an anomaly.
+# RELIABILITY.md's table, even when a run found an anomaly. About 90 minutes.
 fault: setup
-	MILLRACE_COMPACTION_KILLS=60 MILLRACE_FAULTS_PER_KIND=10 $(PY) -m pytest -q -p no:cacheprovider -m fault tests; \
+	MILLRACE_COMPACTION_KILLS=60 MILLRACE_FUZZ_REQUESTS=1000000 MILLRACE_FAULTS_PER_KIND=10 \
+	  $(PY) -m pytest -q -p no:cacheprovider -m fault tests; \
 	status=$$?; $(PY) -m tests.fault.report; exit $$status
 
 test-unit: setup

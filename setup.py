@@ -1,5 +1,9 @@
 """Builds the optional C extension; the project's metadata lives in pyproject.toml.
 
+``broker.protocol._request_check`` walks a request body against its schema before kio
+decodes it (falling back to ``request_walk._walk_py``).
+``broker.protocol._record_check`` walks the records of a produced batch to validate them
+(falling back to ``records._check_records_py``).
 ``spark_connector._native_records`` decodes Kafka record batches into Arrow buffers for the
 fetch reader. It is optional: without a C compiler the install still succeeds and
 ``spark_connector.record_batches`` falls back to its pure-Python decoder (logging a warning).
@@ -10,10 +14,22 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
+            "broker.protocol._request_check",
+            ["broker/protocol/_request_check.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "broker.protocol._record_check",
+            ["broker/protocol/_record_check.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
             "spark_connector._native_records",
             ["spark_connector/_native_records.c"],
             extra_compile_args=["-O2"],
             optional=True,
-        )
+        ),
     ]
 )

@@ -7,6 +7,9 @@ version the broker does not know is answered with a v0 response carrying
 UNSUPPORTED_VERSION and the supported ranges (KIP-511). Another API at an unsupported version
 is answered with UNSUPPORTED_VERSION where the response has a top-level error code, and
 otherwise closes the connection, which is what Kafka does when it cannot parse a request.
+A body that kio decodes but that holds a null where the schema forbids one is malformed too
+(``registry.decode_request``). A response whose error message is too long for a Kafka string
+is sent with the message cut short.
 
 Concurrency: one call per request on the event loop thread; handlers must do their
 order-sensitive synchronous work before their first ``await``. The network layer starts
@@ -210,7 +213,7 @@ class Dispatcher:
             if len(chunks) == 1 and isinstance(chunks[0], bytes):
                 return Response([hdr + chunks[0]], len(hdr) + result.size)
             return Response([hdr, *chunks], len(hdr) + result.size)
-        body = registry.encode(result)
+        body = _encode(result, api_key, version)
         return Response([hdr + body], len(hdr) + len(body))
 
     def _unsupported(self, correlation_id: int, api_key: int, version: int) -> Response:
@@ -231,6 +234,48 @@ class Dispatcher:
                     hdr = response_header(correlation_id, bool(cls.__flexible__))
                     return Response([hdr + body], len(hdr) + len(body))
         raise CloseConnection(f"unsupported API {api_key} v{version}")
+
+
+# An error message echoes what the client sent (a topic name of 32767 bytes, say); Kafka's
+# strings hold at most 32767 bytes, so a message is cut to this many characters.
+MAX_ERROR_MESSAGE_CHARS = 1024
+
+
+def _encode(result: Any, api_key: int, version: int) -> bytes:
+    """Encode a response; one whose error messages are too long for a Kafka string is
+    encoded again with them cut short. A response that still cannot be encoded closes the
+    connection (logged) instead of killing the connection's writer."""
+    try:
+        return registry.encode(result)
+    except Exception as first:  # noqa: BLE001 - kio raises its own OutOfBoundValue
+        try:
+            return registry.encode(_shorten_messages(result))
+        except Exception as exc:  # noqa: BLE001
+            name = registry.SUPPORTED_APIS[ApiKey(api_key)][0]
+            log.warning("cannot encode the %s v%d response: %s", name, version, exc)
+            raise CloseConnection(f"cannot encode the {name} v{version} response") from first
+
+
+def _shorten_messages(value: Any) -> Any:
+    """A copy of a kio response with every ``error_message`` cut to
+    MAX_ERROR_MESSAGE_CHARS (nested messages included)."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(value):
+        item = getattr(value, f.name)
+        if f.name == "error_message" and isinstance(item, str):
+            if len(item) > MAX_ERROR_MESSAGE_CHARS:
+                changes[f.name] = item[: MAX_ERROR_MESSAGE_CHARS - 3] + "..."
+        elif isinstance(item, tuple) and item and dataclasses.is_dataclass(item[0]):
+            shortened = tuple(_shorten_messages(x) for x in item)
+            if any(a is not b for a, b in zip(shortened, item, strict=True)):
+                changes[f.name] = shortened
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            one = _shorten_messages(item)
+            if one is not item:
+                changes[f.name] = one
+    return dataclasses.replace(value, **changes) if changes else value
 
 
 def _defaults(cls: type[Any], **overrides: Any) -> Any:

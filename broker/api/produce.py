@@ -1,5 +1,10 @@
 """Produce (key 0): validate and append each partition's record batches.
 
+Each partition's ``records`` first passes Kafka's ``ProduceRequest.validateRecords`` (one
+batch, magic 2, no zstd before v7; INVALID_RECORD or UNSUPPORTED_COMPRESSION_TYPE for that
+partition), then the replica manager's full validation (``records.validate_for_append``).
+A client may not append to the internal topics (INVALID_TOPIC_EXCEPTION, as Kafka).
+
 acks=0 sends no response; acks=1 answers after the leader's append; acks=-1 (all) answers
 once the in-sync replicas have the records (the replica manager's purgatory), or with
 REQUEST_TIMED_OUT after the request's timeout. A request carrying a ``transactional_id``
@@ -13,11 +18,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
-from broker.protocol.errors import ErrorCode
+from broker.protocol import records
+from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.produce_codec import PartitionResult, encode_response
 from broker.protocol.response import Response
 from broker.replication.replica_manager import ProduceResult
 from broker.types import TopicPartition
+
+# Kafka's ReplicaManager refuses client appends to the coordinators' topics (their records
+# are written by the coordinators alone) unless the client id is AdminUtils.ADMIN_CLIENT_ID.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+ADMIN_CLIENT_ID = "__admin_client"
 
 if TYPE_CHECKING:
     from broker.protocol import messages
@@ -32,8 +43,21 @@ async def handle(ctx: RequestContext, request: messages.ProduceRequest) -> Respo
             tp = TopicPartition(topic.name, int(part.index))
             if acks not in (0, 1, -1):
                 results[tp] = ProduceResult(ErrorCode.invalid_required_acks)
-            else:
-                entries[tp] = part.records
+                continue
+            if tp.topic in INTERNAL_TOPICS and ctx.header.client_id != ADMIN_CLIENT_ID:
+                results[tp] = ProduceResult(
+                    ErrorCode.invalid_topic_exception,
+                    error_message=f"Cannot append to internal topic {tp.topic}",
+                )
+                entries.pop(tp, None)
+                continue
+            try:
+                records.check_produce_payload(ctx.version, part.records)
+            except KafkaError as exc:
+                results[tp] = ProduceResult(exc.code, error_message=str(exc))
+                entries.pop(tp, None)
+                continue
+            entries[tp] = part.records
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     if entries:
         results.update(

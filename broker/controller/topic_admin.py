@@ -89,6 +89,12 @@ def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
     return clean
 
 
+# The most partitions one CreateTopics / CreatePartitions may ask for (KRaft Kafka's
+# ReplicationControlManager.MAX_PARTITIONS_PER_BATCH): a request of a few bytes asking for
+# 2**31-1 partitions must not make the controller build an assignment that size.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+
+
 def assign_replicas(
     brokers: Sequence[int],
     num_partitions: int,
@@ -109,6 +115,11 @@ def assign_replicas(
     """
     if num_partitions <= 0:
         raise InvalidPartitionsError("number of partitions must be larger than 0")
+    if num_partitions > MAX_PARTITIONS_PER_REQUEST:
+        raise InvalidPartitionsError(
+            f"excessively large number of partitions per request: {num_partitions} "
+            f"(at most {MAX_PARTITIONS_PER_REQUEST})"
+        )
     if replication_factor <= 0:
         raise InvalidReplicationFactorError("replication factor must be larger than 0")
     n = len(brokers)
@@ -216,6 +227,11 @@ def validate_assignment(
     unknown brokers."""
     if not assignment:
         raise InvalidReplicaAssignmentError("replica assignment is empty")
+    if len(assignment) > MAX_PARTITIONS_PER_REQUEST:
+        raise InvalidPartitionsError(
+            f"excessively large number of partitions per request: {len(assignment)} "
+            f"(at most {MAX_PARTITIONS_PER_REQUEST})"
+        )
     expected = list(range(start_partition, start_partition + len(assignment)))
     if sorted(assignment) != expected:
         raise InvalidReplicaAssignmentError("partitions in the assignment must be consecutive")

@@ -474,11 +474,20 @@ class LocalLog:
             pending.segment.close_handles()
         self._closed = True
 
-    def delete(self) -> None:
+    def delete(self, *, close_handles: bool = True) -> None:
         """Remove the whole partition directory: close the files, rename the directory to
         ``<name>.<uuid>-delete`` (so a crash leaves a name start-up finishes deleting), then
-        remove it."""
-        self.close_handles()
+        remove it.
+
+        With ``close_handles=False`` the open files stay open (the log refuses use all the
+        same) and the caller closes them later with :meth:`close_handles`: a fetch response
+        already built from a segment sends its bytes from the open file after the directory
+        is gone (Linux keeps an unlinked file's data while it is open), as Kafka's
+        ``file.delete.delay.ms`` lets in-flight fetches finish."""
+        if close_handles:
+            self.close_handles()
+        else:
+            self._closed = True
         self._pending_deletes = []
         target = self.dir.with_name(f"{self.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         try:

@@ -98,6 +98,8 @@ class LogManager:
         self.deletion_listeners: list[Callable[[TopicPartition], None]] = []
         self.cluster_id = cluster_id
         self._clock = clock
+        # deleted logs whose files are still open: (close at ms, log)
+        self._closing: list[tuple[int, Log]] = []
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._started = False
@@ -294,10 +296,15 @@ class LogManager:
         log_dir = self._dir_of.pop(tp, None)
         if log is None or log_dir is None:
             return
+        # the files close file.delete.delay.ms later (cleanup), so fetch responses already
+        # built from them can still be sent
         try:
-            log.delete()
+            log.delete(close_handles=False)
         except OSError as exc:
             self.failure_channel.mark_offline(log_dir, f"error while deleting log {tp}", exc)
+        else:
+            self._closing.append((self._clock.time_ms() + log.config.file_delete_delay_ms, log))
+            self._close_deleted()
         self._checkpoint_dir(log_dir)
         for listener in self.deletion_listeners:
             listener(tp)
@@ -344,7 +351,21 @@ class LogManager:
                 logger.debug("retention of %s skipped: %s", log.topic_partition, exc)
                 continue
             log.producer_state.remove_expired()
+        self._close_deleted()
         return deleted
+
+    def _close_deleted(self, everything: bool = False) -> None:
+        """Close the files of deleted logs whose delay has passed (or all of them)."""
+        if not self._closing:
+            return
+        now = self._clock.time_ms()
+        keep = []
+        for deadline, log in self._closing:
+            if everything or deadline <= now:
+                log.close_handles()
+            else:
+                keep.append((deadline, log))
+        self._closing = keep
 
     def flush_dirty(self) -> None:
         """Flush segments rolled since the last flush, and logs whose ``flush.ms`` passed.
@@ -367,6 +388,7 @@ class LogManager:
         online directories whose logs all closed cleanly; nothing is written to an offline
         directory, so it is recovered at the next start)."""
         failed: set[Path] = set(self.offline_log_dirs)
+        self._close_deleted(everything=True)
         for tp, log in list(self._logs.items()):
             if self._dir_of[tp] in failed or log.offline:
                 failed.add(self._dir_of[tp])

@@ -25,11 +25,13 @@ Flow control: at most ``max_queued`` requests are pending per connection; at tha
 transport stops reading (TCP then pushes back on the client). While the transport's write
 buffer is above its high-water mark (``pause_writing``) no further response is written.
 
-Limits: a frame larger than ``max_request_bytes`` (or with a negative size) closes the
-connection as soon as its size prefix arrives, before anything is allocated for it; a
-connection with no request pending and no bytes received or sent for ``idle_timeout_s`` is
-closed. A handler that raises (the dispatcher raises ``CloseConnection`` for a malformed
-request) closes only this connection, after the responses to earlier requests.
+Limits: a frame larger than ``max_request_bytes`` (or with a negative size) is refused as
+soon as its size prefix arrives, before anything is allocated for it; a connection with no
+request pending and no bytes received or sent for ``idle_timeout_s`` is closed. A refused
+frame, or a handler that raises (the dispatcher raises ``CloseConnection`` for a malformed
+request), closes only this connection: nothing after it is read, the requests before it are
+answered, then the connection closes (Kafka reads one request at a time per connection, so
+its clients see the same).
 
 Concurrency: everything runs on the broker's event loop thread.
 """
@@ -188,6 +190,7 @@ class Connection(asyncio.Protocol):
         self._sending: asyncio.Task[None] | None = None  # finishing a response's sendfile
         self._eof = False
         self._closed = False
+        self._refusing = False  # a bad request was read: nothing more is
         self._last_activity = self._loop.time()
         self._idle_timer: asyncio.TimerHandle | None = None
 
@@ -206,7 +209,7 @@ class Connection(asyncio.Protocol):
         self._idle_timer = self._loop.call_later(self._idle_timeout_s, self._check_idle)
 
     def data_received(self, data: bytes) -> None:
-        if self._closed:
+        if self._closed or self._refusing:
             return
         self._last_activity = self._loop.time()
         buf = self._buf
@@ -218,32 +221,30 @@ class Connection(asyncio.Protocol):
         pos = 0
         end = len(view)
         eager = True
-        try:
-            while True:
-                if self._need == 0:
-                    if end - pos < 4:
-                        break
-                    size = int.from_bytes(view[pos : pos + 4], "big", signed=True)
-                    if size < 0 or size > self._max_request_bytes:
-                        raise CloseConnection(
+        while not self._refusing:
+            if self._need == 0:
+                if end - pos < 4:
+                    break
+                size = int.from_bytes(view[pos : pos + 4], "big", signed=True)
+                if size < 0 or size > self._max_request_bytes:
+                    self._refuse(
+                        CloseConnection(
                             f"request of {size} bytes exceeds socket.request.max.bytes "
                             f"{self._max_request_bytes}"
                         )
-                    pos += 4
-                    self._need = size
-                if end - pos < self._need:
+                    )
                     break
-                frame = bytes(view[pos : pos + self._need])
-                pos += self._need
-                self._need = 0
-                eager = self._start(frame, eager)
-                if self._closed:
-                    return
-        except CloseConnection as exc:
-            log.info("closing connection %s: %s", self.info.peer, exc)
-            self._abort()
-            return
-        if buf:
+                pos += 4
+                self._need = size
+            if end - pos < self._need:
+                break
+            frame = bytes(view[pos : pos + self._need])
+            pos += self._need
+            self._need = 0
+            eager = self._start(frame, eager)
+        if self._refusing:
+            self._buf = bytearray()
+        elif buf:
             del buf[:pos]
         elif pos < end:
             self._buf = bytearray(view[pos:])
@@ -252,6 +253,18 @@ class Connection(asyncio.Protocol):
             assert self._transport is not None
             self._transport.pause_reading()
         self._flush()
+
+    def _refuse(self, error: BaseException) -> None:
+        """A request this connection cannot take (a bad frame; a malformed request): read
+        nothing more; the requests before it are answered, then the connection closes (as
+        Kafka, which reads one request at a time per connection, behaves)."""
+        entry = _Pending()
+        entry.error = error
+        self._pending.append(entry)
+        self._refusing = True
+        if self._transport is not None and not self._read_paused:
+            self._read_paused = True
+            self._transport.pause_reading()
 
     def eof_received(self) -> bool:
         # the client will send nothing more: answer what it asked, then close
@@ -294,7 +307,8 @@ class Connection(asyncio.Protocol):
             entry.value = stop.value
             return True
         except BaseException as exc:  # noqa: BLE001 - becomes this connection's close
-            entry.error = exc
+            self._pending.pop()
+            self._refuse(exc)
             return True
         entry.task = self._loop.create_task(self._run(entry, coro, yielded, started=True))
         # a bare yield before doing anything (the dispatcher defers a request that must
@@ -345,7 +359,12 @@ class Connection(asyncio.Protocol):
                     log.info("closing connection %s: %s", self.info.peer, exc)
                     self._abort()
                     return
-        if self._read_paused and len(pending) < self._max_queued and not self._closed:
+        if (
+            self._read_paused
+            and len(pending) < self._max_queued
+            and not self._closed
+            and not self._refusing
+        ):
             self._read_paused = False
             assert self._transport is not None
             self._transport.resume_reading()

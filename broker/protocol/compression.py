@@ -99,11 +99,17 @@ def _bounded_lz4(data: bytes, max_bytes: int) -> bytes:
 
 
 def _bounded_zstd(data: bytes, max_bytes: int) -> bytes:
+    # read in chunks: read(max_bytes + 1) would allocate the whole bound for every batch
+    # (into one growing buffer: a list joined at the end would hold the output twice)
     reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data))
-    out = reader.read(max_bytes + 1)
-    if len(out) > max_bytes:
-        raise _too_big(max_bytes)
-    return out
+    out = bytearray()
+    while True:
+        chunk = reader.read(min(_CHUNK * 4, max_bytes + 1 - len(out)))
+        if not chunk:
+            return bytes(out)
+        out += chunk
+        if len(out) > max_bytes:
+            raise _too_big(max_bytes)
 
 
 def _snappy_block(block: bytes, max_bytes: int) -> bytes:

@@ -47,10 +47,17 @@ def _uvarint(value: int) -> bytes:
     return bytes(out)
 
 
+# An error message may echo what the client sent (a 32,767-byte topic name): cut, so the
+# response always fits a Kafka string (as the dispatcher cuts kio-encoded ones).
+MAX_ERROR_MESSAGE_CHARS = 1024
+
+
 def _nullable_string(out: bytearray, value: str | None, flexible: bool) -> None:
     if value is None:
         out += b"\x00" if flexible else b"\xff\xff"
         return
+    if len(value) > MAX_ERROR_MESSAGE_CHARS:
+        value = value[: MAX_ERROR_MESSAGE_CHARS - 3] + "..."
     raw = value.encode("utf-8")
     out += _uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))
     out += raw

@@ -145,6 +145,22 @@ class InvalidTimestampError(KafkaError):
     code = ErrorCode.invalid_timestamp
 
 
+class UnsupportedCompressionTypeError(KafkaError):
+    """A codec the broker cannot use here: unknown attribute bits (5-7), or zstd in a Produce
+    request older than v7 (Kafka's ProduceRequest.validateRecords)."""
+
+    code = ErrorCode.unsupported_compression_type
+
+
+# The most a compressed batch may expand to when the broker decompresses it to validate its
+# records (Kafka sets no such bound; a decompression bomb would otherwise cost unbounded
+# memory, and a 1 MiB gzip or zstd batch can claim gigabytes). Legitimate batches are far
+# smaller: clients bound the uncompressed size of a batch (librdkafka batch.size 1 MB, the
+# Java client's 16 KiB), and 32 MiB is 32 times the default max.message.bytes. A codec may
+# hold its output twice while finishing, so a bomb costs the broker up to ~64 MiB, briefly.
+MAX_DECOMPRESSED_BYTES = 32 * 2**20
+
+
 def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
     """Unpack the batch header at ``position`` (the caller has checked 61 bytes exist)."""
     return BatchHeader(*HEADER.unpack_from(buf, position), position=position)  # type: ignore[misc]
@@ -222,6 +238,10 @@ def validate_for_append(
             raise RecordTooLargeError(
                 f"record batch of {header.size} bytes exceeds max.message.bytes {max_batch_bytes}"
             )
+        if header.compression not in compression.NAMES:
+            raise UnsupportedCompressionTypeError(
+                f"record batch at byte {header.position} uses unknown codec {header.compression}"
+            )
         if not crc_ok(buf, header):
             raise CorruptRecordError(f"record batch at byte {header.position} fails its CRC")
         if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
@@ -231,6 +251,12 @@ def validate_for_append(
             )
         if header.is_control:
             raise InvalidRecordError("clients may not produce control batches")
+        if header.has_producer_id and header.base_sequence < 0:
+            raise InvalidRecordError(
+                f"invalid sequence number {header.base_sequence} in a record batch with "
+                f"producer id {header.producer_id}"
+            )
+        check_batch_records(buf, header)
         if not log_append_time:
             _check_timestamp(header, now_ms, timestamp_before_max_ms, timestamp_after_max_ms)
         if compacted:
@@ -243,6 +269,119 @@ def validate_for_append(
     if not headers:
         raise CorruptRecordError("produce request carried no record batch")
     return ValidatedBatches(headers, total, max_ts, max_index)
+
+
+def check_batch_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+    """Check that the batch's records (decompressed, at most ``MAX_DECOMPRESSED_BYTES``) are
+    exactly ``recordCount`` well-formed records, as Kafka's LogValidator does by iterating
+    them: InvalidRecordError (INVALID_RECORD) for a malformed record, DecompressionError
+    (CORRUPT_MESSAGE) for a payload that does not decompress or expands past the bound."""
+    start = header.position + HEADER_SIZE
+    end = header.position + header.size
+    if header.compression == compression.NONE:
+        payload: bytes | memoryview = memoryview(buf)[start:end]
+    else:
+        payload = compression.decompress(
+            header.compression, bytes(memoryview(buf)[start:end]), MAX_DECOMPRESSED_BYTES
+        )
+    try:
+        _check_records(payload, header.record_count)
+    except ValueError as exc:
+        raise InvalidRecordError(
+            f"record batch at byte {header.position} (declaring {header.record_count} records) "
+            f"is malformed: {exc}"
+        ) from exc
+
+
+def check_produce_payload(version: int, data: bytes | None) -> None:
+    """Kafka's ``ProduceRequest.validateRecords`` for Produce v3+: exactly one batch, magic 2,
+    no zstd before v7. Raises the KafkaError the partition is answered with."""
+    if not data:
+        raise InvalidRecordError(
+            f"Produce v{version} requests must have at least one record batch per partition"
+        )
+    if len(data) > MAGIC_OFFSET and data[MAGIC_OFFSET] != 2:
+        raise InvalidRecordError(
+            f"Produce v{version} requests may only contain record batches with magic 2"
+        )
+    first = True
+    for header in iter_batches(data):
+        if not first:
+            raise InvalidRecordError(
+                f"Produce v{version} requests may contain exactly one record batch per partition"
+            )
+        first = False
+        if header.compression == compression.ZSTD and version < 7:
+            raise UnsupportedCompressionTypeError(
+                f"Produce v{version} requests may not use zstd compression"
+            )
+
+
+def _check_records_py(data: bytes | memoryview, count: int) -> None:
+    """The pure-Python twin of ``_record_check.check`` (see broker/protocol/_record_check.c)."""
+    end = len(data)
+    pos = 0
+
+    def varint(limit: int, max_bytes: int) -> int:
+        nonlocal pos
+        raw = shift = n = 0
+        while True:
+            if pos >= limit:
+                raise ValueError("truncated varint")
+            if n == max_bytes:
+                raise ValueError("varint is too long" if max_bytes == 5 else "varlong is too long")
+            b = data[pos]
+            pos += 1
+            n += 1
+            if n == max_bytes and b > (0x0F if max_bytes == 5 else 0x01):
+                raise ValueError(
+                    "varint overflows 32 bits" if max_bytes == 5 else "varlong overflows 64 bits"
+                )
+            raw |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+        bits = 32 if max_bytes == 5 else 64
+        raw &= (1 << bits) - 1
+        return (raw >> 1) ^ -(raw & 1)
+
+    for _ in range(count):
+        size = varint(end, 5)
+        if size < 0 or size > end - pos:
+            raise ValueError("record length runs past the end of the batch")
+        rec_end = pos + size
+        if pos >= rec_end:
+            raise ValueError("record too short for its attributes")
+        pos += 1
+        varint(rec_end, 10)
+        varint(rec_end, 5)
+        for _kv in range(2):
+            n = varint(rec_end, 5)
+            if n < -1 or n > rec_end - pos:
+                raise ValueError("key or value length runs past the end of its record")
+            pos += max(n, 0)
+        headers = varint(rec_end, 5)
+        if headers < 0:
+            raise ValueError("negative header count")
+        for _h in range(headers):
+            n = varint(rec_end, 5)
+            if n < 0 or n > rec_end - pos:
+                raise ValueError("header key length is negative or runs past its record")
+            pos += n
+            n = varint(rec_end, 5)
+            if n < -1 or n > rec_end - pos:
+                raise ValueError("header value length runs past the end of its record")
+            pos += max(n, 0)
+        if pos != rec_end:
+            raise ValueError("record fields do not fill its length")
+    if pos != end:
+        raise ValueError("bytes remain after the last record")
+
+
+try:
+    from broker.protocol._record_check import check as _check_records
+except ImportError:  # built without a C compiler: the same rules in Python
+    _check_records = _check_records_py
 
 
 def _check_timestamp(header: BatchHeader, now_ms: int, before_ms: int, after_ms: int) -> None:

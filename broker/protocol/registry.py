@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from broker.protocol import interbroker
+from broker.protocol import interbroker, nulls, request_walk, tagged_fields
 from broker.protocol.api_keys import ApiKey
 
 T = TypeVar("T")
@@ -136,8 +136,20 @@ def _writer(cls: Any) -> Any:
 
 
 def decode_request(api_key: int, version: int, buf: bytes | memoryview, pos: int) -> Any:
+    """Decode the request body at ``buf[pos:]``. Every length and count is first checked
+    against the bytes there (:mod:`broker.protocol.request_walk`). Unknown tagged fields (KIP-482: a reader
+    skips the tags it does not know) make kio raise; the body is then decoded again without
+    them (:mod:`broker.protocol.tagged_fields`). A null where the schema forbids one raises
+    InvalidRequestError (:mod:`broker.protocol.nulls`)."""
     cls = request_class(api_key, version)
-    value, _size = _reader(cls)(buf, pos)
+    request_walk.check(cls, buf, pos)  # before kio reserves memory for any claimed count
+    try:
+        value, _size = _reader(cls)(buf, pos)
+    except KeyError as exc:
+        if not tagged_fields.is_unknown_tag_error(exc):
+            raise
+        value, _size = _reader(cls)(tagged_fields.strip_unknown_tags(cls, buf, pos), 0)
+    nulls.check(cls, value)
     return value
 
 

@@ -38,6 +38,10 @@ __all__ = [
 ]
 
 
+# a member id is "<prefix>-<36-character uuid>" and must fit a Kafka string (32,767 bytes)
+MAX_MEMBER_ID_PREFIX_BYTES = 32767 - 37
+
+
 class GroupState(enum.Enum):
     """The classic group states; the value is Kafka's name as DescribeGroups/ListGroups show it."""
 
@@ -420,7 +424,13 @@ class GroupMetadata:
         return member
 
     def _generate_member_id(self, client_id: str, group_instance_id: str | None) -> str:
+        """``<client id or group instance id>-<uuid>`` (Kafka's), the prefix cut so the id
+        still fits a Kafka string (32,767 bytes): a 32,767-byte instance id made the
+        JoinGroup response unencodable (found by the protocol fuzzer)."""
         prefix = client_id if group_instance_id is None else group_instance_id
+        encoded = prefix.encode()
+        if len(encoded) > MAX_MEMBER_ID_PREFIX_BYTES:
+            prefix = encoded[:MAX_MEMBER_ID_PREFIX_BYTES].decode("utf-8", "ignore")
         return f"{prefix}-{uuid.uuid4()}"
 
     def _validate_current_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode:

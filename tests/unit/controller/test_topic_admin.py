@@ -282,3 +282,21 @@ def test_rack_aware_properties(
     # leaders walk the rack-alternated list: no broker leads more than its share (rounded up)
     leaders = Counter(r[0] for r in a.values())
     assert max(leaders.values()) - min(leaders.get(b, 0) for b in rack_of) <= 1
+
+
+# --- found by the protocol fuzzer (issue 17) --------------------------------------------------
+
+
+def test_excessive_partition_count_is_refused_before_any_assignment_is_built() -> None:
+    """CreatePartitions with count 2**31-2 made the broker build a 2**31-entry assignment
+    (22 GB RSS, then killed); KRaft Kafka caps one request at 10,000 partitions."""
+    with pytest.raises(ta.InvalidPartitionsError, match="excessively large") as info:
+        ta.assign_replicas([1, 2, 3], 2**31 - 2, 1)
+    assert info.value.code == ErrorCode.invalid_partitions
+    assert len(ta.assign_replicas([1], ta.MAX_PARTITIONS_PER_REQUEST, 1)) == 10_000
+
+
+def test_excessive_manual_assignment_is_refused() -> None:
+    big = {p: [1] for p in range(ta.MAX_PARTITIONS_PER_REQUEST + 1)}
+    with pytest.raises(ta.InvalidPartitionsError, match="excessively large"):
+        ta.validate_assignment(big, [1])

@@ -1528,3 +1528,14 @@ TestGroupMachine.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestGroupMachine = pytest.mark.property(TestGroupMachine)
+
+
+def test_member_id_from_a_huge_instance_id_still_fits_a_kafka_string() -> None:
+    """Found by the protocol fuzzer (issue 17): a 32,767-byte group.instance.id gave a
+    32,804-byte member id, and the JoinGroup response could not be encoded."""
+    g = new_group()
+    r = result(join(g, require_known=True, client_id="x" * 32767, now=0))
+    assert len(r.member_id.encode()) <= 32767
+    assert r.member_id.startswith("x" * 100)
+    p = pending(join(g, r.member_id, require_known=True, now=10))
+    assert p.member_id == r.member_id

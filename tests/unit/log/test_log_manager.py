@@ -194,3 +194,28 @@ def test_periodic_tasks(tmp_path: Path, clock: ManualClock) -> None:
     assert manager.cleanup() > 0
     assert log.log_start_offset == log.log_end_offset
     manager.shutdown()
+
+
+def test_deleted_log_keeps_its_files_open_for_the_delete_delay(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Found by the protocol fuzzer (issue 17): a fetch response built from a segment of a
+    topic deleted before the response was written failed with "I/O operation on closed
+    file" and killed the connection's writer. The files now stay open (the directory is gone
+    at once) until file.delete.delay.ms has passed."""
+    config = LogConfig(segment_bytes=500, file_delete_delay_ms=60_000)
+    manager = _manager([tmp_path / "d"], clock)
+    manager.startup(lambda topic: config)
+    log = manager.get_or_create_log(TopicPartition("t", 0), config)
+    _append(log)
+    fetched = log.read(0, 1 << 20)
+    assert fetched is not None
+    manager.delete_log(TopicPartition("t", 0))
+    assert [p.name for p in (tmp_path / "d").iterdir() if p.is_dir()] == []
+    assert log.closed
+    assert len(fetched.read_bytes()) == fetched.size  # still readable
+    clock.advance(60_001)
+    manager.cleanup()
+    with pytest.raises(ValueError):
+        fetched.read_bytes()
+    manager.shutdown()

@@ -323,3 +323,42 @@ def test_a_response_whose_segment_file_was_closed_drops_only_that_connection(
     dropped, answer = asyncio.run(run())
     assert b"x" not in dropped  # no file bytes were sent
     assert answer == b"ok"
+
+
+def test_a_bad_frame_after_a_slow_request_still_lets_that_request_answer() -> None:
+    """As Kafka, which reads one request at a time per connection: a request the
+    connection cannot take (an oversized frame, a malformed request) closes it only after
+    the earlier requests are answered, and nothing after it is read."""
+
+    async def run(port: int) -> tuple[bytes, bytes]:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(_frame(100, b"slow") + struct.pack(">i", 5 * 2**20) + _frame(0, b"after"))
+        first = await asyncio.wait_for(_read(r), 5)
+        rest = await asyncio.wait_for(r.read(), 5)
+        return first, rest
+
+    assert asyncio.run(_with_server(run, max_request_bytes=1024)) == (b"slow", b"")
+
+
+def test_requests_after_a_malformed_one_are_not_run() -> None:
+    ran: list[bytes] = []
+
+    async def handler(conn: ConnectionInfo, frame: bytes) -> Response | None:
+        if frame == b"bad":
+            raise CloseConnection("malformed")
+        ran.append(frame)
+        return Response([frame], len(frame))
+
+    async def run() -> tuple[bytes, bytes]:
+        server = KafkaServer("127.0.0.1", 0, handler)
+        await server.start()
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", server.port)
+            w.write(b"".join(struct.pack(">i", len(f)) + f for f in (b"one", b"bad", b"two")))
+            first = await asyncio.wait_for(_read(r), 5)
+            return first, await asyncio.wait_for(r.read(), 5)
+        finally:
+            await server.stop()
+
+    assert asyncio.run(run()) == (b"one", b"")
+    assert ran == [b"one"]

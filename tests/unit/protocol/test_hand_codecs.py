@@ -226,3 +226,13 @@ def test_produce_response_matches_kio(version: int, topics: list[Any]) -> None:
         [(name, [produce_codec.PartitionResult(*p) for p in parts]) for name, parts in topics],
     )
     assert ours == _kio_encode(entity)
+
+
+def test_produce_response_cuts_an_error_message_that_echoes_a_huge_name() -> None:
+    """Found by the protocol fuzzer: an error message quoting a 32,767-byte topic name
+    could not be encoded (a Kafka string holds at most 32,767 bytes)."""
+    name = "s" * 32767
+    body = produce_codec.encode_response(
+        8, [(name, [produce_codec.PartitionResult(0, 3, -1, -1, -1, f"unknown {name}")])]
+    )
+    assert len(body) < 32767 + 1200

@@ -1,0 +1,87 @@
+"""Byte-level mutation of valid request frames.
+
+:func:`mutate` takes the body of a valid request (header + request, no size prefix) and
+applies one to three of: bit flips, "interesting" byte values, truncation, insertion and
+deletion of a range, duplication of a range, rewriting an int16/int32 at a random offset with
+an interesting length (-1, -2, 0, 2**15-1, 2**31-1, the true remaining size +-1), splicing
+the head of one request onto the tail of another, and rewriting the header's API key or
+version. A small share gets a size prefix that lies (``frame_claim``): the runner then sends
+the frame and half-closes its side, so the broker sees a short or a run-on frame.
+
+The result is never ``valid`` (a mutation may happen to produce a valid request; the runner's
+invariants for non-valid requests hold for those too).
+
+Concurrency: pure functions of the choices.
+"""
+
+from __future__ import annotations
+
+from tests.fuzz import strategies, wire
+from tests.fuzz.strategies import Generated, Source
+
+_INTERESTING_BYTES = (0x00, 0xFF, 0x7F, 0x80, 0x01, 0xFE)
+_INTERESTING_16 = (-1, -2, 0, 1, 2**15 - 1, -(2**15))
+_INTERESTING_32 = (-1, -2, 0, 1, 2**31 - 1, -(2**31), 2**20, 2**30)
+
+
+def _one(src: Source, data: bytearray, other: bytes) -> bytearray:
+    n = len(data)
+    op = src.integer(0, 9)
+    if n == 0:
+        return bytearray(src.raw(src.integer(1, 16)))
+    pos = src.integer(0, n - 1)
+    if op == 0:  # bit flip
+        data[pos] ^= 1 << src.integer(0, 7)
+    elif op == 1:  # interesting byte
+        data[pos] = src.pick(_INTERESTING_BYTES)
+    elif op == 2:  # truncate
+        del data[src.integer(0, n - 1) :]
+    elif op == 3:  # insert random bytes
+        data[pos:pos] = src.raw(src.integer(1, 32))
+    elif op == 4:  # delete a range
+        del data[pos : pos + src.integer(1, 32)]
+    elif op == 5:  # duplicate a range
+        end = min(n, pos + src.integer(1, 64))
+        data[end:end] = data[pos:end]
+    elif op == 6 and pos + 2 <= n:  # an int16 length rewritten
+        value = src.pick((*_INTERESTING_16, n - pos - 2 + src.integer(-1, 1)))
+        data[pos : pos + 2] = wire.i16(value)
+    elif op == 7 and pos + 4 <= n:  # an int32 length / count rewritten
+        value = src.pick((*_INTERESTING_32, n - pos - 4 + src.integer(-1, 1)))
+        data[pos : pos + 4] = wire.i32(value)
+    elif op == 8 and other:  # splice: our head, the other's tail
+        cut = src.integer(0, len(other) - 1)
+        data = data[:pos] + bytearray(other[cut:])
+    elif n >= 4:  # header: API key or version
+        if src.chance(0.5):
+            data[0:2] = wire.i16(src.integer(-5, 80))
+        else:
+            data[2:4] = wire.i16(src.integer(-2, 20))
+    return data
+
+
+def mutate(src: Source, base: Generated, other: Generated | None = None) -> Generated:
+    """A mutated copy of ``base`` (``other`` provides splice material)."""
+    data = bytearray(base.body)
+    for _ in range(src.integer(1, 3)):
+        data = _one(src, data, other.body if other is not None else b"")
+    claim = None
+    if src.chance(0.04):
+        claim = len(data) + src.pick((-1, 1, src.integer(2, 1000), -len(data) // 2 - 1))
+    api_key = int.from_bytes(data[0:2], "big", signed=True) if len(data) >= 2 else -1
+    version = int.from_bytes(data[2:4], "big", signed=True) if len(data) >= 4 else -1
+    return Generated(api_key, version, bytes(data), "mutation", valid=False, frame_claim=claim)
+
+
+def any_mutation(src: Source) -> Generated:
+    """A valid request of a random API (a Produce a third of the time), mutated."""
+    if src.chance(0.33):
+        base = strategies.produce_request(src)
+    else:
+        api_key, version, _name = src.pick(strategies.schema.all_versions())
+        base = strategies.structural(src, api_key, version, strange=0.05)
+    other = None
+    if src.chance(0.2):
+        api_key, version, _name = src.pick(strategies.schema.all_versions())
+        other = strategies.structural(src, api_key, version, strange=0.0)
+    return mutate(src, base, other)
