@@ -33,6 +33,7 @@ Concurrency: the scheduler runs on the runner's main thread.
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import signal
@@ -244,17 +245,31 @@ class Scheduler:
         return sorted(out)
 
     def _disk_full(self) -> tuple[str, str]:
-        from tests.harness.tmpfs import FILLER, fill
-
         small = self.cluster.extra_log_dirs.get(3)
         if not small:
             return "b3", "no small log directory in this run"
-        fill(small[0], 0)
+        ballast = small[0] / BALLAST
+        fill_up(ballast)
         self._hold(3.0, 8.0)
-        (small[0] / FILLER).unlink(missing_ok=True)
+        ballast.unlink(missing_ok=True)
         self.cluster.kill("b3")
         self.cluster.restart("b3")
         return "b3", f"{small[0].name} filled, then freed and the broker restarted"
+
+
+BALLAST = "ballast.bin"
+
+
+def fill_up(path: Path) -> None:
+    """Write zeros to ``path`` until its file system is full."""
+    chunk = bytes(1 << 20)
+    with path.open("ab", buffering=0) as f:
+        try:
+            while True:
+                f.write(chunk)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
 
 
 def corrupt(segment: Path, rng: random.Random) -> str:
