@@ -67,7 +67,10 @@ def _others(name: str, c: dict[str, int], crashes: int) -> str:
     found = {k: v for k, v in c.items() if k in ANOMALIES and k not in counted and v}
     if crashes:
         found["broker crashes"] = crashes
-    return ", ".join(f"{k} {v}" for k, v in found.items()) or "0"
+    text = ", ".join(f"{k} {v}" for k, v in found.items()) or "0"
+    if c.get("client_hangs"):
+        text += f" (client call hung at the end: {c['client_hangs']}, liveness)"
+    return text
 
 
 def rows(reports: list[dict[str, Any]]) -> list[str]:

@@ -89,7 +89,8 @@ def _full_isr(bootstrap: str, topics: list[str], timeout_s: float) -> bool:
 def _client_errors(workload: Any) -> list[str]:
     """What ended a workload's threads (its own and its feeder's)."""
     feeder = getattr(workload, "feeder", None)
-    return list(workload.t.errors) + (list(feeder.t.errors) if feeder is not None else [])
+    threads = [workload.t] + ([feeder.t] if feeder is not None else [])
+    return [m for t in threads for m in (*t.errors, *t.hangs)]
 
 
 def _save_history(directory: Path, running: dict[str, Any], final: list[Any]) -> None:
