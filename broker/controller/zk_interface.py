@@ -83,8 +83,16 @@ class ZkState(enum.Enum):
 
 
 class Versioned(NamedTuple, Generic[T]):
-    """A decoded znode with the znode's data version (for conditional updates) and, where
-    the reader provides it, the zxid of its last write (``mzxid``; -1 when unknown)."""
+    """A decoded znode with the znode's data version (for conditional updates)."""
+
+    value: T
+    zk_version: int
+
+
+class VersionedAt(NamedTuple, Generic[T]):
+    """A :class:`Versioned` znode with the zxid of its last write (``mzxid``; -1 when
+    unknown), which orders it against other znodes' writes (partition states against broker
+    registrations: ``broker_changes.restarted_since_last_write``)."""
 
     value: T
     zk_version: int
@@ -197,9 +205,9 @@ class ZkOperations(Protocol):
 
     async def get_partition_state(
         self, name: str, partition: int
-    ) -> Versioned[PartitionState] | None: ...
+    ) -> VersionedAt[PartitionState] | None: ...
 
-    async def get_partition_states(self, name: str) -> dict[int, Versioned[PartitionState]]: ...
+    async def get_partition_states(self, name: str) -> dict[int, VersionedAt[PartitionState]]: ...
 
     async def update_partition_state(
         self,

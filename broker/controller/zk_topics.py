@@ -28,6 +28,7 @@ from broker.controller.zk_interface import (
     ControllerMovedError,
     UnknownTopicError,
     Versioned,
+    VersionedAt,
     WatchHandle,
     ZkError,
 )
@@ -244,29 +245,29 @@ class ZkTopicOps(ZkSession):
 
     async def get_partition_state(
         self, name: str, partition: int
-    ) -> Versioned[PartitionState] | None:
+    ) -> VersionedAt[PartitionState] | None:
         """The partition's leader/ISR state and its znode version, or None."""
 
-        def work() -> Versioned[PartitionState] | None:
+        def work() -> VersionedAt[PartitionState] | None:
             try:
                 data, stat = self._kz.get(PartitionState.path(name, partition))
             except NoNodeError:
                 return None
-            return Versioned(
+            return VersionedAt(
                 PartitionState.decode(data, name, partition), int(stat.version), int(stat.mzxid)
             )
 
         return await self._run(work)
 
-    async def get_partition_states(self, name: str) -> dict[int, Versioned[PartitionState]]:
+    async def get_partition_states(self, name: str) -> dict[int, VersionedAt[PartitionState]]:
         """Every partition state of the topic that exists, by partition."""
 
-        def work() -> dict[int, Versioned[PartitionState]]:
+        def work() -> dict[int, VersionedAt[PartitionState]]:
             try:
                 children = self._kz.get_children(TopicZNode.partitions_path(name))
             except NoNodeError:
                 return {}
-            out: dict[int, Versioned[PartitionState]] = {}
+            out: dict[int, VersionedAt[PartitionState]] = {}
             for child in children:
                 if not child.isdigit():
                     continue
@@ -275,7 +276,7 @@ class ZkTopicOps(ZkSession):
                     data, stat = self._kz.get(PartitionState.path(name, p))
                 except NoNodeError:
                     continue
-                out[p] = Versioned(
+                out[p] = VersionedAt(
                     PartitionState.decode(data, name, p), int(stat.version), int(stat.mzxid)
                 )
             return dict(sorted(out.items()))

@@ -39,6 +39,7 @@ from broker.controller.zk_interface import (
     SessionCallback,
     UnknownTopicError,
     Versioned,
+    VersionedAt,
     WatchHandle,
     ZkConnectionError,
     ZkError,
@@ -535,19 +536,21 @@ class FakeZkClient:
 
     async def get_partition_state(
         self, name: str, partition: int
-    ) -> Versioned[znodes.PartitionState] | None:
+    ) -> VersionedAt[znodes.PartitionState] | None:
         self._check()
         node = self.zk.exists(znodes.PartitionState.path(name, partition))
         if node is None:
             return None
-        return Versioned(
+        return VersionedAt(
             znodes.PartitionState.decode(node.data, name, partition),
             node.version,
             node.mzxid if node.mzxid >= 0 else node.czxid,
         )
 
-    async def get_partition_states(self, name: str) -> dict[int, Versioned[znodes.PartitionState]]:
-        out: dict[int, Versioned[znodes.PartitionState]] = {}
+    async def get_partition_states(
+        self, name: str
+    ) -> dict[int, VersionedAt[znodes.PartitionState]]:
+        out: dict[int, VersionedAt[znodes.PartitionState]] = {}
         try:
             kids = self.zk.children(znodes.TopicZNode.partitions_path(name))
         except NoNode:
