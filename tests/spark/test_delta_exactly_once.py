@@ -420,6 +420,7 @@ def _check_group_at_end(job: Job, probe: GroupProbe, ends: dict[int, int]) -> No
 # --- the tests -------------------------------------------------------------------------------
 
 
+@pytest.mark.long  # 95 s: make fault (make test keeps its 25-minute budget)
 def test_driver_killed_mid_batch_then_restarted_lands_every_record_once(
     spark: Any, cluster: Any, jobs: Callable[..., Job]
 ) -> None:
