@@ -26,7 +26,12 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from broker.protocol.framing import InvalidRequestError, read_uvarint, skip_tagged_fields
+from broker.protocol.framing import (
+    InvalidRequestError,
+    read_uvarint,
+    skip_tagged_fields,
+    write_uvarint,
+)
 
 __all__ = [
     "ListOffsetsPartition",
@@ -140,15 +145,6 @@ def decode_request(version: int, buf: bytes, pos: int) -> ListOffsetsQuery:
     return ListOffsetsQuery(replica_id, isolation_level, topics)
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def encode_response(
     version: int, topics: list[tuple[str, list[PartitionOffset]]], throttle_time_ms: int = 0
 ) -> bytes:
@@ -157,15 +153,15 @@ def encode_response(
     out = bytearray()
     if version >= 2:
         out += _I32.pack(throttle_time_ms)
-    out += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    out += write_uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
     for name, parts in topics:
         raw = name.encode("utf-8")
         if flexible:
-            out += _uvarint(len(raw) + 1)
+            out += write_uvarint(len(raw) + 1)
         else:
             out += _I16.pack(len(raw))
         out += raw
-        out += _uvarint(len(parts) + 1) if flexible else _I32.pack(len(parts))
+        out += write_uvarint(len(parts) + 1) if flexible else _I32.pack(len(parts))
         for p in parts:
             if version >= 4:
                 out += _OUT_V4.pack(*p)

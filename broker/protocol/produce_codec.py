@@ -18,6 +18,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from broker.protocol.framing import write_uvarint
+
 __all__ = ["PartitionResult", "encode_response"]
 
 _I16 = struct.Struct(">h")
@@ -38,15 +40,6 @@ class PartitionResult(NamedTuple):
     error_message: str | None
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 # An error message may echo what the client sent (a 32,767-byte topic name): cut, so the
 # response always fits a Kafka string (as the dispatcher cuts kio-encoded ones).
 MAX_ERROR_MESSAGE_CHARS = 1024
@@ -59,7 +52,7 @@ def _nullable_string(out: bytearray, value: str | None, flexible: bool) -> None:
     if len(value) > MAX_ERROR_MESSAGE_CHARS:
         value = value[: MAX_ERROR_MESSAGE_CHARS - 3] + "..."
     raw = value.encode("utf-8")
-    out += _uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))
+    out += write_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))
     out += raw
 
 
@@ -69,12 +62,12 @@ def encode_response(
     """The response body (without the response header)."""
     flexible = version >= FLEXIBLE_FROM
     out = bytearray()
-    out += _uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
+    out += write_uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
     for name, parts in topics:
         raw = name.encode("utf-8")
-        out += _uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))
+        out += write_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))
         out += raw
-        out += _uvarint(len(parts) + 1) if flexible else _I32.pack(len(parts))
+        out += write_uvarint(len(parts) + 1) if flexible else _I32.pack(len(parts))
         for p in parts:
             if version >= 5:
                 out += _PART_V5.pack(
