@@ -166,7 +166,7 @@ class _Threads:
         self.threads.append(thread)
         thread.start()
 
-    def join(self, timeout_s: float = 180.0) -> None:
+    def join(self, timeout_s: float = 60.0) -> None:
         self.stopping.set()
         deadline = time.monotonic() + timeout_s
         for t in self.threads:
