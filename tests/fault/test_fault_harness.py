@@ -118,6 +118,7 @@ QUICK_KINDS = [
 ]
 
 
+@pytest.mark.timeout(900)
 def test_quick_run(tmp_path: Path) -> None:
     """Six faults, one of each of the kinds most likely to lose data, in turn."""
     report = run_harness(
@@ -127,6 +128,7 @@ def test_quick_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.long
+@pytest.mark.timeout(2400)
 @pytest.mark.parametrize("kind", KINDS)
 def test_fault_kind(tmp_path: Path, kind: str) -> None:
     faults = int(os.environ.get("MILLRACE_FAULTS_PER_KIND", "10"))
