@@ -13,8 +13,9 @@ it never moves backwards and consumers never read past it. A follower whose LEO 
 HW (and the start of the current leader epoch) is added back to the ISR; one that has not
 caught up with the leader's LEO for ``replica.lag.time.max.ms`` is removed. ISR changes are
 *proposed* (``pending_isr``) and written by the replica manager to the partition-state znode
-with a conditional update on ``zk_version``; the ISR used for the HW is only the committed
-one, and only one change is in flight at a time, as with Kafka's AlterPartition.
+with a conditional update on ``zk_version``, only one change in flight at a time, as with
+Kafka's AlterPartition. The HW is computed over the *maximal* ISR: the committed one plus a
+follower whose addition is in flight (a pending shrink still counts the committed ISR).
 
 As follower, the partition only appends what the follower fetcher brings from the leader
 (batches with offsets and leader epochs already assigned) and keeps HW = min(own LEO, the
@@ -225,9 +226,20 @@ class Partition:
         return self.maybe_increment_high_watermark()
 
     def maybe_increment_high_watermark(self) -> bool:
-        """HW = min LEO over the ISR; it never goes backwards. True if it moved."""
+        """HW = min LEO over the *maximal* ISR (the committed ISR plus any follower a pending
+        expansion adds, as Kafka's ``maximalIsr``); it never goes backwards. True if it moved.
+
+        A follower proposed for the ISR holds the HW from the moment it is proposed: once the
+        expansion is written it counts for acks=all, so every offset below the HW must already
+        be on it. (Counting only the committed ISR let the HW pass a follower whose expansion
+        then committed; elected after the leader failed, that follower lacked acknowledged
+        records. Found by the fault harness.)"""
         new_hw = self.log.log_end_offset
-        for replica in self.isr:
+        isr = self.isr
+        pending = self.pending_isr
+        if pending is not None:
+            isr = isr + tuple(r for r in pending if r not in isr)
+        for replica in isr:
             if replica != self.broker_id:
                 state = self.followers.get(replica)
                 leo = state.leo if state is not None and state.leo >= 0 else self.high_watermark

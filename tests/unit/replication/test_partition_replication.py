@@ -206,6 +206,56 @@ def test_follower_joins_the_isr_only_at_the_hw_and_the_epoch_start(tmp_path: Pat
     assert p.isr == (1, 3)  # only proposed: the committed ISR has not changed
 
 
+def test_a_follower_proposed_for_the_isr_holds_the_hw_until_it_has_the_records(
+    tmp_path: Path,
+) -> None:
+    """Kafka's maximal ISR. The fault harness found the bug: the HW counted only the
+    committed ISR [1, 3], passed follower 2 while its expansion was being written, the
+    expansion committed, the leader died and 2 was elected without acknowledged records."""
+    p = _leader(_open_log(tmp_path), replicas=(1, 2, 3), isr=(1, 3))
+    _append(p, 5)
+    p.update_follower_leo(3, 5)
+    p.update_follower_leo(2, 5)
+    assert p.high_watermark == 5
+    proposal = p.isr_to_expand()
+    assert proposal == (1, 3, 2)
+    p.pending_isr = proposal  # the write to ZooKeeper is in flight
+    _append(p, 3, acks=-1)  # offsets 5..7
+    p.update_follower_leo(3, 8)
+    assert p.high_watermark == 5  # 2 is joining and has only 0..4
+    assert not p.offset_is_acked(8)
+    p.update_follower_leo(2, 8)
+    assert p.high_watermark == 8
+    p.commit_isr(proposal, zk_version=3)
+    assert (p.isr, p.high_watermark) == ((1, 3, 2), 8)
+
+
+def test_a_rejected_expansion_stops_holding_the_hw(tmp_path: Path) -> None:
+    p = _leader(_open_log(tmp_path), replicas=(1, 2, 3), isr=(1, 3))
+    _append(p, 2)
+    p.update_follower_leo(2, 2)
+    p.pending_isr = p.isr_to_expand()
+    _append(p, 2)
+    p.update_follower_leo(3, 4)
+    assert p.high_watermark == 2
+    p.pending_isr = None  # the conditional write lost: the ISR stays (1, 3)
+    p.update_follower_leo(3, 4)
+    assert p.high_watermark == 4
+
+
+def test_a_pending_shrink_still_counts_the_committed_isr(tmp_path: Path) -> None:
+    p = _leader(_open_log(tmp_path), now_ms=0)
+    _append(p, 4)
+    p.update_follower_leo(2, 4, now_ms=1)
+    p.update_follower_leo(3, 1, now_ms=1)
+    p.pending_isr = p.isr_to_shrink(now_ms=LAG_MS + 1, max_lag_ms=LAG_MS)
+    assert p.pending_isr == (1, 2)
+    p.update_follower_leo(2, 4, now_ms=LAG_MS + 2)
+    assert p.high_watermark == 1  # 3 still counts until the shrink is written
+    p.commit_isr((1, 2), zk_version=1)
+    assert p.high_watermark == 4
+
+
 def test_no_expansion_when_every_replica_is_in_sync(tmp_path: Path) -> None:
     p = _leader(_open_log(tmp_path), replicas=(1, 2), isr=(1, 2))
     _append(p, 2)
