@@ -152,6 +152,7 @@ class Broker:
             group_coordinator=self.group_coordinator,
             txn_coordinator=txn_coordinator,
             forwarder=self._forwarding_pool(metadata),
+            own_broker_epoch=zk.registered_broker_epoch,
         )
         dispatcher = Dispatcher(services, cfg.listeners[0].name)
         self.controller.set_local_handler(dispatcher.handle_local)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from broker.protocol.framing import RequestHeader
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from broker.api.forwarding import RequestSender
     from broker.clock import Clock
     from broker.config import BrokerConfig
@@ -43,6 +45,9 @@ class BrokerServices:
     group_coordinator: GroupCoordinator
     txn_coordinator: TransactionCoordinator
     forwarder: RequestSender | None = None  # to the controller (api/forwarding.py)
+    own_broker_epoch: Callable[[], Awaitable[int]] | None = None
+    """This broker's epoch once it is registered (controller requests wait for it and are
+    refused when they name an older one); None: not checked."""
 
 
 @dataclass(slots=True)

@@ -5,6 +5,14 @@ Every controller request carries the controller epoch; a request from an older e
 the newest this broker has seen is answered with STALE_CONTROLLER_EPOCH and ignored, so a
 deposed controller cannot undo its successor's decisions (checklist section 11).
 
+It also carries the broker epoch the controller knows for this broker (KIP-380). A request
+waits until this broker has registered (a restarted broker opens its listeners first, and
+Kafka does not process requests before registering), and one naming an older epoch than this
+broker's is answered with STALE_BROKER_EPOCH and ignored: it was meant for the previous
+instance of this broker id (killed, and restarted before its ZooKeeper session expired),
+which may have held records this instance's recovery cut off, so acting on it could make
+this instance a leader the controller believes holds them. -1 is not checked.
+
 UpdateMetadata is incremental, as in Kafka: it lists every live broker and the partitions
 whose state changed; a partition whose leader is -2 (``LeaderDuringDelete``) removes its
 topic from the metadata cache.
@@ -36,6 +44,22 @@ if TYPE_CHECKING:
     from broker.protocol import messages
 
 
+async def _stale_broker_epoch(ctx: RequestContext, request_epoch: int) -> bool:
+    """True if ``request_epoch`` is older than this broker's (after waiting for it)."""
+    own = ctx.services.own_broker_epoch
+    if own is None or request_epoch < 0:
+        return False
+    epoch = await own()
+    if request_epoch < epoch:
+        log.warning(
+            "ignoring a controller request for broker epoch %d (this broker's is %d)",
+            request_epoch,
+            epoch,
+        )
+        return True
+    return False
+
+
 async def handle_leader_and_isr(
     ctx: RequestContext, request: messages.LeaderAndIsrRequest
 ) -> messages.LeaderAndIsrResponse:
@@ -58,7 +82,10 @@ async def handle_leader_and_isr(
                 )
             )
     leaders = {int(x.broker_id): (str(x.host_name), int(x.port)) for x in request.live_leaders}
-    if int(request.controller_epoch) < rm.controller_epoch:
+    if await _stale_broker_epoch(ctx, int(request.broker_epoch)):
+        results = {s.tp: ErrorCode.stale_broker_epoch for s in specs}
+        top = ErrorCode.stale_broker_epoch
+    elif int(request.controller_epoch) < rm.controller_epoch:
         results = {s.tp: ErrorCode.stale_controller_epoch for s in specs}
         top = ErrorCode.stale_controller_epoch
     else:
@@ -90,6 +117,8 @@ async def handle_stop_replica(
         for t in request.topic_states
         for p in t.partition_states
     ]
+    if await _stale_broker_epoch(ctx, int(request.broker_epoch)):
+        return ib.StopReplicaResponse(error_code=ErrorCode.stale_broker_epoch, partition_errors=())
     if int(request.controller_epoch) < rm.controller_epoch:
         return ib.StopReplicaResponse(
             error_code=ErrorCode.stale_controller_epoch, partition_errors=()
@@ -111,6 +140,8 @@ async def handle_update_metadata(
 ) -> messages.UpdateMetadataResponse:
     services = ctx.services
     rm = services.replica_manager
+    if await _stale_broker_epoch(ctx, int(request.broker_epoch)):
+        return ib.UpdateMetadataResponse(error_code=ErrorCode.stale_broker_epoch)
     if not rm.check_controller_epoch(int(request.controller_epoch)):
         return ib.UpdateMetadataResponse(error_code=ErrorCode.stale_controller_epoch)
     cache = services.metadata

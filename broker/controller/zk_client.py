@@ -94,6 +94,10 @@ class ZkClient(ZkTopicOps):
     ) -> None:
         super().__init__(connect, session_timeout_ms, connection_timeout_ms, loop)
         self._registered_broker: BrokerIdZNode | None = None
+        self.broker_epoch: int | None = None
+        """This broker's epoch (its registration's czxid) once :meth:`register_broker` returned;
+        updated when the znode is re-registered on a new session."""
+        self._broker_epoch_known = asyncio.Event()
         self.controller_epoch: int | None = None
         """The epoch this client won in its last successful election."""
         self.controller_epoch_zk_version: int | None = None
@@ -111,6 +115,7 @@ class ZkClient(ZkTopicOps):
             log.exception("could not re-register broker %d on the new session", znode.broker_id)
             return
         self._registered_broker = fresh
+        self.broker_epoch = epoch
         log.info("re-registered broker %d (broker epoch %d)", znode.broker_id, epoch)
 
     # ------------------------------------------------------------------ bootstrap
@@ -169,6 +174,8 @@ class ZkClient(ZkTopicOps):
         """
         epoch = await self._run(self._register_broker_sync, znode, wait_s)
         self._registered_broker = znode
+        self.broker_epoch = epoch
+        self._broker_epoch_known.set()
         log.info(
             "registered broker %d at %s (broker epoch %d)", znode.broker_id, znode.path(), epoch
         )
@@ -211,6 +218,12 @@ class ZkClient(ZkTopicOps):
             gone = threading.Event()
             if self._kz.exists(path, watch=lambda _event, g=gone: g.set()) is not None:
                 gone.wait(min(remaining, 1.0))
+
+    async def registered_broker_epoch(self) -> int:
+        """This broker's epoch, waiting until :meth:`register_broker` has returned it."""
+        await self._broker_epoch_known.wait()
+        assert self.broker_epoch is not None
+        return self.broker_epoch
 
     async def deregister_broker(self) -> None:
         """Delete our ``/brokers/ids/<id>`` (controlled shutdown) and stop re-registering."""

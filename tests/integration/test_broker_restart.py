@@ -56,3 +56,93 @@ def test_a_restarted_broker_never_calls_an_existing_topic_unknown(
     finally:
         if proc is not None:
             kill_pid(proc.pid)
+
+
+def test_a_restarted_broker_ignores_controller_requests_for_its_previous_instance(
+    cluster_factory: Any, topic_name: str
+) -> None:
+    """KIP-380's broker epoch. A broker restarted before its old session expired listens
+    while the controller still believes the old instance is alive; a LeaderAndIsr meant
+    for the old instance must not make the new one (whose recovery may have cut records
+    off) a leader. Kafka does not process requests before registering and then refuses an
+    older broker epoch with STALE_BROKER_EPOCH. Before the fix the new instance took it."""
+    from kazoo.client import KazooClient
+    from kio.serial import entity_reader
+    from kio.static.primitive import i8, i32, i64
+
+    from broker.protocol import interbroker as ib
+    from tests.harness.raw import RawConnection, _skip_tagged_fields
+
+    cluster = cluster_factory(zookeeper_session_timeout_ms=6000)
+    cluster.create_topic(topic_name, 1)
+    zk = KazooClient(hosts=str(cluster.json["zookeeper"]), timeout=10.0)
+    zk.start(timeout=15)
+    try:
+        stat = zk.exists("/brokers/ids/1")
+        assert stat is not None
+        old_epoch = int(stat.czxid)
+    finally:
+        zk.stop()
+        zk.close()
+    controller_epoch = cluster.controller_epoch()
+    host, port = cluster.host, cluster.port
+    config = cluster.dir / "broker-1" / "server.properties"
+    cluster.stop_broker(hard=True)
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        proc = spawn(
+            broker_command(config), cluster.dir / "broker-1" / "restart.out", config.parent
+        )
+        deadline = time.monotonic() + 60
+        while not api_versions_ok(host, port, timeout_s=1.0):
+            assert proc.poll() is None, "the restarted broker exited"
+            assert time.monotonic() < deadline, "the restarted broker never listened"
+            time.sleep(0.1)
+        request = ib.LeaderAndIsrRequest(
+            controller_id=1,
+            controller_epoch=i32(controller_epoch),
+            broker_epoch=i64(old_epoch),
+            type_=i8(0),
+            topic_states=(
+                ib.LeaderAndIsrTopicState(
+                    topic_name=topic_name,
+                    topic_id=None,
+                    partition_states=(
+                        ib.LeaderAndIsrPartitionState(
+                            partition_index=i32(0),
+                            controller_epoch=i32(controller_epoch),
+                            leader=1,
+                            leader_epoch=i32(1000),
+                            isr=(1,),
+                            partition_epoch=i32(1000),
+                            replicas=(1,),
+                            is_new=False,
+                        ),
+                    ),
+                ),
+            ),
+            live_leaders=(ib.LeaderAndIsrLiveLeader(broker_id=1, host_name=host, port=i32(port)),),
+        )
+        with RawConnection(host, port, timeout_s=60) as conn:
+            conn.send_request(request)
+            frame = conn.recv_frame()
+        response, _ = entity_reader(ib.LeaderAndIsrResponse)(frame, _skip_tagged_fields(frame, 4))
+        assert int(response.error_code) == ErrorCode.stale_broker_epoch
+        # the new instance registered (a newer epoch) and leads at the controller's epoch
+        zk = KazooClient(hosts=str(cluster.json["zookeeper"]), timeout=10.0)
+        zk.start(timeout=15)
+        try:
+            stat = zk.exists("/brokers/ids/1")
+            assert stat is not None and int(stat.czxid) > old_epoch
+        finally:
+            zk.stop()
+            zk.close()
+        while time.monotonic() < deadline:
+            (topic,) = cluster.raw_metadata(topics=[topic_name], timeout_s=30).topics
+            if int(topic.error_code) == ErrorCode.none:
+                break
+            time.sleep(0.2)
+        assert int(topic.error_code) == ErrorCode.none
+    finally:
+        if proc is not None:
+            kill_pid(proc.pid)

@@ -82,7 +82,9 @@ class CapturingChannel:
 def local_handler(metadata: MetadataCache) -> Callable[[int, int, Any], Awaitable[Any]]:
     """What the broker's dispatcher does with its own controller's UpdateMetadata."""
     services = SimpleNamespace(
-        metadata=metadata, replica_manager=SimpleNamespace(check_controller_epoch=lambda _e: True)
+        metadata=metadata,
+        replica_manager=SimpleNamespace(check_controller_epoch=lambda _e: True),
+        own_broker_epoch=None,  # the fake ZooKeeper's brokers are not registered processes
     )
     ctx = SimpleNamespace(services=services, connection=SimpleNamespace(listener="PLAINTEXT"))
 
