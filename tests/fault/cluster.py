@@ -217,7 +217,9 @@ class FaultCluster:
             for child in zk.get_children("/brokers/ids"):
                 _data, stat = zk.get(f"/brokers/ids/{child}")
                 since = self.started_at.get(f"b{child}", 0.0)
-                if stat.created >= since - 1.0:
+                # no slack: a process registers a second or more after it was spawned, and a
+                # killed instance's registration may be younger than a second
+                if stat.created >= since:
                     out.append(int(child))
             return sorted(out)
         except Exception:  # noqa: BLE001

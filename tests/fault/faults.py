@@ -92,6 +92,7 @@ class Scheduler:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        self._damaged: tuple[str, int, int] | None = None  # (topic, partition, broker id)
         self.brokers = [f"b{b}" for b in self.cluster.broker_ids]
 
     # -- the loop --
@@ -109,6 +110,9 @@ class Scheduler:
         event.note = note
         t1 = time.monotonic()
         self.recover()
+        if self._damaged is not None:
+            self._wait_repaired(*self._damaged)
+            self._damaged = None
         event.recovered_s = round(time.monotonic() - t1, 1)
         self.events.append(event)
         log.info("fault %d: %s %s (%s) held %.1fs", number, kind, target, note, event.held_s)
@@ -218,12 +222,47 @@ class Scheduler:
             for d in self.cluster.log_dirs(broker_id):
                 logs = sorted((d / f"{topic}-{partition}").glob("*.log"))
                 if logs and logs[-1].stat().st_size > 200:
-                    segments.append(logs[-1])  # the active segment
+                    segments.append((logs[-1], topic, partition))  # the active segment
         if segments:
-            note = corrupt(self.rng.choice(segments), self.rng)
+            segment, topic, partition = self.rng.choice(segments)
+            note = corrupt(segment, self.rng)
+            self._damaged = (topic, partition, broker_id)
         self._hold(0.2, 2.0)
         self.cluster.restart(node)
         return node, note
+
+    def _wait_repaired(self, topic: str, partition: int, broker_id: int) -> None:
+        """Wait until the damaged replica is in its partition's ISR again (replication has
+        repaired it). Until then it is one failure away from being the only in-sync copy
+        of records its recovery cut off (the controller counts a restarted broker in the
+        ISR until its old session expires), a double fault Kafka does not survive either.
+
+        Read from ZooKeeper: the partition state must name the broker in its ISR in a write
+        made after the broker's new registration (the controller first takes the restarted
+        broker out of the ISR; the leader adds it back once it has caught up)."""
+        import json
+
+        deadline = time.monotonic() + 120.0
+        state_path = f"/brokers/topics/{topic}/partitions/{partition}/state"
+        while time.monotonic() < deadline:
+            if broker_id in self.cluster.registered():
+                try:
+                    zk = self.cluster._zk()
+                except Exception:  # noqa: BLE001 - ZooKeeper not reachable yet
+                    zk = None
+                if zk is not None:
+                    try:
+                        _, reg = zk.get(f"/brokers/ids/{broker_id}")
+                        data, st = zk.get(state_path)
+                        if st.mzxid > reg.czxid and broker_id in json.loads(data)["isr"]:
+                            return
+                    except Exception:  # noqa: BLE001 - read again
+                        pass
+                    finally:
+                        zk.stop()
+                        zk.close()
+            time.sleep(0.5)
+        log.warning("%s-%d: broker %d not back in the ISR after 120 s", topic, partition, broker_id)
 
     def _backed_up_partitions(self, broker_id: int) -> list[tuple[str, int]]:
         """The workload partitions whose ISR holds ``broker_id`` and another broker."""
