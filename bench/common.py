@@ -122,6 +122,28 @@ def machine() -> str:
     )
 
 
+def commit() -> str:
+    """The short commit of the working tree (``+`` when it has uncommitted changes), or "?"."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+    except OSError:
+        return "?"
+    return (head or "?") + ("+" if dirty else "")
+
+
 def replace_section(out: Path, heading: str, section: str) -> None:
     """Write ``section`` (starting with ``heading``) into the report ``out``, replacing the
     section of that heading if present, keeping every other section."""

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 import confluent_kafka
 
 from bench import loadgen, perf_tools, spark_workload
-from bench.common import ROOT, machine
+from bench.common import ROOT, commit, machine
 from bench.procstat import Meter, Usage
 from bench.results import Measurement, Run
 from bench.systems import KAFKA_VERSION, LOG4J, KafkaSystem, MillraceSystem, System
@@ -462,7 +462,12 @@ def merged(results: Path, args: argparse.Namespace) -> Run:
     if "1" in args.only and args.profile:
         run.context.pop("profile", None)
     run.context.setdefault("reruns", []).append(
-        {"workloads": list(args.only), "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M")}
+        {
+            "workloads": list(args.only),
+            "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+            "machine": machine(),
+            "commit": commit(),
+        }
     )
     return run
 

@@ -198,10 +198,16 @@ def _reruns(ctx: dict[str, Any]) -> str:
         return ""
     done = "; ".join(
         f"workload(s) {', '.join(r['workloads'])} on {r['date']}"
-        f" ({r.get('elapsed_s', 0) / 60:.0f} min, `--only {' '.join(r['workloads'])} --merge`)"
+        f" ({r.get('elapsed_s', 0) / 60:.0f} min, `--only {' '.join(r['workloads'])} --merge`"
+        + (f", commit {r['commit']}" if r.get("commit") else "")
+        + (f", on {r['machine'].split(',')[0]}" if r.get("machine") else "")
+        + ")"
         for r in reruns
     )
-    return f"Measured again later, on the same machine and commit: {done}.\n\n"
+    return (
+        "Measured again later (each workload's tables come from its latest run; machine and "
+        f"commit noted where recorded): {done}.\n\n"
+    )
 
 
 # Frames on (nearly) every stack of the broker's main thread: the entry point and the event
