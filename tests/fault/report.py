@@ -58,7 +58,13 @@ def _lost(name: str, c: dict[str, int]) -> int:
 def _duplicated(name: str, c: dict[str, int]) -> str:
     if name == "group":
         return f"0 ({c['processed_twice']:,} reprocessed: at-least-once)"
-    return str(c.get("duplicated", 0))
+    text = str(c.get("duplicated", 0))
+    if c.get("resent_after_client_epoch_bump"):
+        text += (
+            f" (+{c['resent_after_client_epoch_bump']:,} sent again by librdkafka under a "
+            "bumped epoch, librdkafka#4953)"
+        )
+    return text
 
 
 def _others(name: str, c: dict[str, int], crashes: int) -> str:

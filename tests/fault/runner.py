@@ -86,6 +86,30 @@ def _full_isr(bootstrap: str, topics: list[str], timeout_s: float) -> bool:
     return False
 
 
+def _batch_origins(cluster: Any, topic: str) -> dict[tuple[int, int], tuple[int, int]]:
+    """(partition, offset) -> (producer id, producer epoch) of the batch holding it, read
+    from the segment files of the first broker holding each partition (every ISR is whole
+    when this runs, and the workloads have stopped writing)."""
+    from broker.protocol.records import iter_batches
+
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    done: set[int] = set()
+    for broker_id in cluster.broker_ids:
+        for log_dir in cluster.log_dirs(broker_id):
+            for pdir in sorted(log_dir.glob(f"{topic}-*")):
+                suffix = pdir.name[len(topic) + 1 :]
+                if not suffix.isdigit() or int(suffix) in done:
+                    continue
+                partition = int(suffix)
+                done.add(partition)
+                for segment in sorted(pdir.glob("*.log")):
+                    for h in iter_batches(segment.read_bytes(), allow_partial_tail=True):
+                        origin = (h.producer_id, h.producer_epoch)
+                        for offset in range(h.base_offset, h.last_offset + 1):
+                            out[(partition, offset)] = origin
+    return out
+
+
 def _client_errors(workload: Any) -> list[str]:
     """What ended a workload's threads (its own and its feeder's)."""
     feeder = getattr(workload, "feeder", None)
@@ -185,7 +209,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         results: dict[str, dict[str, int]] = {}
         if "producers" in running and "producers" in chosen:
-            results["producers"] = running["producers"].check(final_w1)
+            origins = _batch_origins(cluster, TOPICS["producers"])
+            results["producers"] = running["producers"].check(final_w1, origins)
         if "views" in running:
             results["views"] = running["views"].check(final_w1)
         if "group" in running:

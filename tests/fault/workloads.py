@@ -297,8 +297,10 @@ class Producers:
     def stop(self) -> None:
         self.t.join()
 
-    def check(self, final: list[Seen]) -> dict[str, int]:
-        counts = checks.check_producers(self.acks, final)
+    def check(
+        self, final: list[Seen], origins: dict[tuple[int, int], tuple[int, int]] | None = None
+    ) -> dict[str, int]:
+        counts = checks.check_producers(self.acks, final, origins)
         counts["delivery_failures"] = self.failed
         counts["produce_calls_refused"] = self.refused
         counts["producer_restarts_after_fatal_errors"] = self.fatal

@@ -100,3 +100,20 @@ def test_producers_acknowledgement_without_an_offset_is_not_a_mismatch() -> None
     counts = check_producers(acks, _log((0, 0, "a:0"), (0, 1, "a:1")))
     assert anomalies(counts) == {} and counts["acknowledged_without_offset"] == 1
     assert check_producers(acks, _log((0, 1, "a:1")))["lost"] == 1
+
+
+def test_producers_copy_sent_again_under_a_bumped_epoch_is_the_clients() -> None:
+    """librdkafka#4953: after an epoch bump the client sends unacknowledged records again
+    with fresh sequence numbers; the log shows the later copy under a newer epoch of the
+    same producer id. Counted apart; a copy under the same epoch stays a duplicate."""
+    acks = [Ack("a", 0, 0, 0), Ack("a", 1, 0, 3), Ack("a", 2, 0, 4)]
+    final = _log((0, 0, "a:0"), (0, 1, "a:1"), (0, 2, "b:0"), (0, 3, "a:1"), (0, 4, "a:2"))
+    origins = {(0, 0): (7, 0), (0, 1): (7, 0), (0, 2): (8, 0), (0, 3): (7, 1), (0, 4): (7, 1)}
+    counts = check_producers(acks, final, origins)
+    assert counts["resent_after_client_epoch_bump"] == 1
+    assert anomalies(counts) == {}
+    same_epoch = {**origins, (0, 3): (7, 0)}
+    counts = check_producers(acks, final, same_epoch)
+    assert counts["resent_after_client_epoch_bump"] == 0
+    assert anomalies(counts) == {"duplicated": 1}
+    assert anomalies(check_producers(acks, final)) == {"duplicated": 1}
