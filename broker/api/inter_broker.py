@@ -51,7 +51,7 @@ async def _stale_broker_epoch(ctx: RequestContext, request_epoch: int) -> bool:
         return False
     epoch = await own()
     if request_epoch < epoch:
-        log.warning(
+        log.info(
             "ignoring a controller request for broker epoch %d (this broker's is %d)",
             request_epoch,
             epoch,

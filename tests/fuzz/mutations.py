@@ -11,6 +11,15 @@ the frame and half-closes its side, so the broker sees a short or a run-on frame
 The result is never ``valid`` (a mutation may happen to produce a valid request; the runner's
 invariants for non-valid requests hold for those too).
 
+The controller APIs (LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown) are not
+byte-mutated, and no mutation turns another request into one: a flipped byte can make a
+guarded request (stale controller epoch, another broker's id) a legitimate one that takes
+the only broker out of service (a ControlledShutdown of broker 1, a LeaderAndIsr from a
+newer controller epoch after which the real controller's requests are stale), as any client
+could on a Kafka cluster without an authorizer. Found by a long run (seed 678239): the
+broker was fine, the cluster it served had been legitimately told to stop serving. They keep
+their structural and lying fuzzing, whose generators guard those fields.
+
 Concurrency: pure functions of the choices.
 """
 
@@ -19,6 +28,17 @@ from __future__ import annotations
 from tests.fuzz import strategies, wire
 from tests.fuzz.strategies import Generated, Source
 
+CONTROLLER_APIS = frozenset(
+    {
+        strategies.LEADER_AND_ISR,
+        strategies.STOP_REPLICA,
+        strategies.UPDATE_METADATA,
+        strategies.CONTROLLED_SHUTDOWN,
+    }
+)
+_MUTABLE_VERSIONS = tuple(
+    v for v in strategies.schema.all_versions() if v[0] not in CONTROLLER_APIS
+)
 _INTERESTING_BYTES = (0x00, 0xFF, 0x7F, 0x80, 0x01, 0xFE)
 _INTERESTING_16 = (-1, -2, 0, 1, 2**15 - 1, -(2**15))
 _INTERESTING_32 = (-1, -2, 0, 1, 2**31 - 1, -(2**31), 2**20, 2**30)
@@ -69,6 +89,9 @@ def mutate(src: Source, base: Generated, other: Generated | None = None) -> Gene
     if src.chance(0.04):
         claim = len(data) + src.pick((-1, 1, src.integer(2, 1000), -len(data) // 2 - 1))
     api_key = int.from_bytes(data[0:2], "big", signed=True) if len(data) >= 2 else -1
+    if api_key in CONTROLLER_APIS and len(data) >= 2:
+        data[0:2] = wire.i16(base.api_key if base.api_key not in CONTROLLER_APIS else 18)
+        api_key = int.from_bytes(data[0:2], "big", signed=True)
     version = int.from_bytes(data[2:4], "big", signed=True) if len(data) >= 4 else -1
     return Generated(api_key, version, bytes(data), "mutation", valid=False, frame_claim=claim)
 
@@ -78,7 +101,7 @@ def any_mutation(src: Source) -> Generated:
     if src.chance(0.33):
         base = strategies.produce_request(src)
     else:
-        api_key, version, _name = src.pick(strategies.schema.all_versions())
+        api_key, version, _name = src.pick(_MUTABLE_VERSIONS)
         base = strategies.structural(src, api_key, version, strange=0.05)
     other = None
     if src.chance(0.2):

@@ -111,6 +111,7 @@ def test_mutated_request_is_answered_or_closes(
 ) -> None:
     src = DrawSource(data.draw)
     gen = mutations.any_mutation(src)
+    assert gen.api_key not in mutations.CONTROLLER_APIS  # see tests/fuzz/mutations.py
     gen.frame_claim = None  # one frame per connection here: a lying prefix proves nothing
     runner = _exchange(cluster, gen)
     assert not runner.stats.failures, runner.stats.failures
