@@ -288,7 +288,10 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        self._flush()
+        # Not from here: this runs inside the transport's write-ready callback, which loses
+        # the connection itself when it is closing and its buffer is empty; a close or an
+        # abort decided by a flush from here would lose it twice (CPython 3.11).
+        self._loop.call_soon(self._flush)
 
     # -- requests --
 

@@ -362,3 +362,26 @@ def test_requests_after_a_malformed_one_are_not_run() -> None:
 
     assert asyncio.run(run()) == (b"one", b"")
     assert ran == [b"one"]
+
+
+def test_a_close_decided_when_writing_resumes_loses_the_connection_once() -> None:
+    """Found by the long fuzz run (run 6 in RELIABILITY.md): a response big enough to
+    pause writing, then a request whose handler closes the connection. When the client read
+    and the transport's buffer drained, resume_writing wrote on and aborted from inside the
+    transport's write-ready callback, which then lost the connection itself too: asyncio
+    logged "Exception in callback _call_connection_lost" (AttributeError)."""
+    errors: list[dict[str, object]] = []
+
+    async def run(port: int) -> tuple[int, bytes]:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(_frame(0, b"x" * (8 << 20)) + _frame(0, b"close"))
+        await asyncio.sleep(0.3)  # the server's buffer fills: writing pauses
+        first = await _read(r)
+        rest = await asyncio.wait_for(r.read(), 5)
+        await asyncio.sleep(0.2)  # a second connection_lost would run now
+        w.close()
+        return len(first), rest
+
+    assert asyncio.run(_with_server(run)) == (8 << 20, b"")
+    assert errors == []
