@@ -5,8 +5,10 @@ once with "Unknown topic")."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +21,45 @@ from tests.harness.raw import api_versions_ok
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
+@contextlib.contextmanager
+def _restarted_before_its_session_expired(cluster: Any) -> Iterator[float]:
+    """SIGKILL broker 1 and start it again at once: its old ephemeral znode lives until the
+    session times out, and the new process listens meanwhile. Yields a deadline 60 s on;
+    the new process is killed on the way out."""
+    host, port = cluster.host, cluster.port
+    config = cluster.dir / "broker-1" / "server.properties"
+    cluster.stop_broker(hard=True)
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        proc = spawn(
+            broker_command(config), cluster.dir / "broker-1" / "restart.out", config.parent
+        )
+        deadline = time.monotonic() + 60
+        while not api_versions_ok(host, port, timeout_s=1.0):
+            assert proc.poll() is None, "the restarted broker exited"
+            assert time.monotonic() < deadline, "the restarted broker never listened"
+            time.sleep(0.1)
+        yield deadline
+    finally:
+        if proc is not None:
+            kill_pid(proc.pid)
+
+
+def _broker_epoch(cluster: Any) -> int:
+    """The czxid of ``/brokers/ids/1`` (broker 1's epoch)."""
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=str(cluster.json["zookeeper"]), timeout=10.0)
+    zk.start(timeout=15)
+    try:
+        stat = zk.exists("/brokers/ids/1")
+        assert stat is not None, "broker 1 is not registered"
+        return int(stat.czxid)
+    finally:
+        zk.stop()
+        zk.close()
+
+
 @pytest.mark.parametrize("auto_create", ["false", "true"])
 def test_a_restarted_broker_never_calls_an_existing_topic_unknown(
     cluster_factory: Any, topic_name: str, auto_create: str
@@ -29,20 +70,7 @@ def test_a_restarted_broker_never_calls_an_existing_topic_unknown(
         zookeeper_session_timeout_ms=8000, auto_create_topics_enable=auto_create
     )
     cluster.create_topic(topic_name, 2)
-    host, port = cluster.host, cluster.port
-    config = cluster.dir / "broker-1" / "server.properties"
-    cluster.stop_broker(hard=True)
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        # the old instance's ephemeral znode lives ~8 s more: the new one listens meanwhile
-        proc = spawn(
-            broker_command(config), cluster.dir / "broker-1" / "restart.out", config.parent
-        )
-        deadline = time.monotonic() + 60
-        while not api_versions_ok(host, port, timeout_s=1.0):
-            assert proc.poll() is None, "the restarted broker exited"
-            assert time.monotonic() < deadline, "the restarted broker never listened"
-            time.sleep(0.1)
+    with _restarted_before_its_session_expired(cluster) as deadline:
         codes = set()
         while time.monotonic() < deadline:
             response = cluster.raw_metadata(topics=[topic_name], timeout_s=30)
@@ -53,9 +81,6 @@ def test_a_restarted_broker_never_calls_an_existing_topic_unknown(
         # only "ask again" before the controller's view arrives, then the topic
         assert codes <= {int(ErrorCode.none), int(ErrorCode.leader_not_available)}, codes
         assert int(ErrorCode.none) in codes, f"the topic never came back: {codes}"
-    finally:
-        if proc is not None:
-            kill_pid(proc.pid)
 
 
 def test_a_restarted_broker_ignores_controller_requests_for_its_previous_instance(
@@ -66,7 +91,6 @@ def test_a_restarted_broker_ignores_controller_requests_for_its_previous_instanc
     for the old instance must not make the new one (whose recovery may have cut records
     off) a leader. Kafka does not process requests before registering and then refuses an
     older broker epoch with STALE_BROKER_EPOCH. Before the fix the new instance took it."""
-    from kazoo.client import KazooClient
     from kio.serial import entity_reader
     from kio.static.primitive import i8, i32, i64
 
@@ -75,29 +99,10 @@ def test_a_restarted_broker_ignores_controller_requests_for_its_previous_instanc
 
     cluster = cluster_factory(zookeeper_session_timeout_ms=6000)
     cluster.create_topic(topic_name, 1)
-    zk = KazooClient(hosts=str(cluster.json["zookeeper"]), timeout=10.0)
-    zk.start(timeout=15)
-    try:
-        stat = zk.exists("/brokers/ids/1")
-        assert stat is not None
-        old_epoch = int(stat.czxid)
-    finally:
-        zk.stop()
-        zk.close()
+    old_epoch = _broker_epoch(cluster)
     controller_epoch = cluster.controller_epoch()
     host, port = cluster.host, cluster.port
-    config = cluster.dir / "broker-1" / "server.properties"
-    cluster.stop_broker(hard=True)
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        proc = spawn(
-            broker_command(config), cluster.dir / "broker-1" / "restart.out", config.parent
-        )
-        deadline = time.monotonic() + 60
-        while not api_versions_ok(host, port, timeout_s=1.0):
-            assert proc.poll() is None, "the restarted broker exited"
-            assert time.monotonic() < deadline, "the restarted broker never listened"
-            time.sleep(0.1)
+    with _restarted_before_its_session_expired(cluster) as deadline:
         request = ib.LeaderAndIsrRequest(
             controller_id=1,
             controller_epoch=i32(controller_epoch),
@@ -129,20 +134,10 @@ def test_a_restarted_broker_ignores_controller_requests_for_its_previous_instanc
         response, _ = entity_reader(ib.LeaderAndIsrResponse)(frame, _skip_tagged_fields(frame, 4))
         assert int(response.error_code) == ErrorCode.stale_broker_epoch
         # the new instance registered (a newer epoch) and leads at the controller's epoch
-        zk = KazooClient(hosts=str(cluster.json["zookeeper"]), timeout=10.0)
-        zk.start(timeout=15)
-        try:
-            stat = zk.exists("/brokers/ids/1")
-            assert stat is not None and int(stat.czxid) > old_epoch
-        finally:
-            zk.stop()
-            zk.close()
+        assert _broker_epoch(cluster) > old_epoch
         while time.monotonic() < deadline:
             (topic,) = cluster.raw_metadata(topics=[topic_name], timeout_s=30).topics
             if int(topic.error_code) == ErrorCode.none:
                 break
             time.sleep(0.2)
         assert int(topic.error_code) == ErrorCode.none
-    finally:
-        if proc is not None:
-            kill_pid(proc.pid)
