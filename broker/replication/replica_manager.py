@@ -38,11 +38,9 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
-from broker.log.checkpoints import OffsetCheckpointFile
 from broker.log.errors import LogDirOfflineError, OffsetOutOfRangeError
 from broker.log.log import AppendOrigin
 from broker.log.log_manager import LogManager
@@ -52,6 +50,7 @@ from broker.protocol.errors import ErrorCode, KafkaError, error_code_for
 from broker.replication.alter_isr_manager import AlterIsr, AlterIsrManager
 from broker.replication.fetch_sessions import FetchSessionCache
 from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
+from broker.replication.hw_checkpoints import read_high_watermarks, write_high_watermarks
 from broker.replication.log_dir_failure_handler import LogDirFailureHandler
 from broker.replication.partition import NotLeaderError, Partition, ReadResult
 from broker.replication.purgatory import Purgatory
@@ -61,8 +60,6 @@ from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)
-
-HW_CHECKPOINT = "replication-offset-checkpoint"
 
 
 class UnknownTopicOrPartitionError(KafkaError):
@@ -136,14 +133,7 @@ class ReplicaManager:
             config["min.incremental.fetch.session.eviction.ms"],
         )
         """Incremental fetch sessions (KIP-227) of the followers and consumers fetching here."""
-        self._hw_checkpoints: dict[TopicPartition, int] = {}
-        for log_dir in log_manager.log_dirs:
-            path = Path(log_dir) / HW_CHECKPOINT
-            if path.exists():
-                try:
-                    self._hw_checkpoints.update(OffsetCheckpointFile(path).read())
-                except (OSError, ValueError) as exc:
-                    log.warning("ignoring unreadable %s: %s", path, exc)
+        self._hw_checkpoints = read_high_watermarks(log_manager.log_dirs)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -684,18 +674,4 @@ class ReplicaManager:
     def checkpoint_high_watermarks(self) -> None:
         """Write ``replication-offset-checkpoint`` in every online log dir (a dir where it
         cannot be written goes offline)."""
-        channel = self.log_manager.failure_channel
-        by_dir: dict[Path, dict[TopicPartition, int]] = {}
-        for log_dir in self.log_manager.live_log_dirs:
-            by_dir[Path(log_dir)] = {}
-        for tp, partition in self.partitions.items():
-            parent = Path(partition.log.dir).parent
-            if parent in by_dir:
-                by_dir[parent][tp] = partition.high_watermark
-        for parent, hws in by_dir.items():
-            if not parent.exists() or channel.is_offline(parent):
-                continue
-            try:
-                OffsetCheckpointFile(parent / HW_CHECKPOINT).write(hws)
-            except OSError as exc:
-                channel.mark_offline(parent, f"error while writing {HW_CHECKPOINT}", exc)
+        write_high_watermarks(self.log_manager, self.partitions)
