@@ -42,7 +42,7 @@ from typing import BinaryIO
 import crc32c
 
 from broker.log.errors import CorruptIndexError, KafkaStorageError
-from broker.log.file_records import FetchSlice, iter_headers
+from broker.log.file_records import FetchSlice, bytes_in_window, iter_headers
 from broker.log.offset_index import OffsetIndex
 from broker.log.time_index import NO_TIMESTAMP, TimeIndex
 from broker.log.transaction_index import TransactionIndex
@@ -484,7 +484,8 @@ class LogSegment:
         if offset >= self.next_offset:
             return None, False
         start = self.offset_index.lookup(offset)[1]
-        headers = iter_headers(self._fd, start, self.size)
+        window: list[tuple[int, bytes]] = []
+        headers = iter_headers(self._fd, start, self.size, window)
         first: BatchHeader | None = None
         for header in headers:
             if header.base_offset + header.last_offset_delta >= offset:
@@ -503,7 +504,11 @@ class LogSegment:
                 break
             total += header.size
             last_offset = header.base_offset + header.last_offset_delta
-        return FetchSlice(self._file, first.position, total, first.base_offset, last_offset), True
+        data = bytes_in_window(window, first.position, total)
+        return (
+            FetchSlice(self._file, first.position, total, first.base_offset, last_offset, data),
+            True,
+        )
 
     def read_batch(self, header: BatchHeader) -> bytes:
         """The bytes of one batch found by a header scan."""

@@ -1,6 +1,9 @@
 """The Fetch response (API key 1, versions 4-12), encoded by hand so that record bytes go from
 the segment file to the socket with ``sendfile``: each partition's records are a
-:class:`~broker.protocol.response.FileRegion` chunk of the response, never copied.
+:class:`~broker.protocol.response.FileRegion` chunk of the response, never copied. A region
+that carries its bytes already (``data``: a small read at the log's tail, see
+:class:`~broker.log.file_records.FetchSlice`) is written inline instead, so a consumer
+waiting at the tail gets its whole response in one write.
 
 Layout (v4-v12; v12 is flexible: compact arrays/strings/bytes and tagged fields)::
 
@@ -113,12 +116,16 @@ def encode_fetch_response(
             n = p.size
             buf += write_uvarint(n + 1) if flexible else _I32.pack(n)
             if n:
-                chunks.append(bytes(buf))
-                size += len(buf)
                 assert p.records is not None
-                chunks.append(p.records)
-                size += n
-                buf = bytearray()
+                inline = getattr(p.records, "data", None)
+                if inline is not None:  # already read: one write, no sendfile
+                    buf += inline
+                else:
+                    chunks.append(bytes(buf))
+                    size += len(buf)
+                    chunks.append(p.records)
+                    size += n
+                    buf = bytearray()
             if flexible:
                 buf += b"\x00"  # partition tagged fields
         if flexible:

@@ -468,10 +468,8 @@ class ReplicaManager:
             await self.await_acks(waiting, results, timeout_ms)
         elif woken:
             # Let the fetches this append woke answer before this produce's response is
-            # built: end-to-end latency is the consumer's, not the producer's. Two turns of
-            # the loop: one for the fetch to read and build its response, one for its
-            # connection's writer to send it.
-            await asyncio.sleep(0)
+            # built: end-to-end latency is the consumer's, not the producer's. One turn of
+            # the loop: a woken fetch reads, encodes and writes its response in one step.
             await asyncio.sleep(0)
         return results
 

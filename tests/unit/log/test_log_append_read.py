@@ -374,3 +374,23 @@ def test_fetch_slice_header_is_kafka_layout(tmp_path: Path, clock: ManualClock) 
     base, length, epoch, magic = struct.unpack_from(">qiib", data)
     assert (base, length + 12, epoch, magic) == (0, len(data), 9, 2)
     log.close()
+
+
+def test_a_small_read_at_the_tail_carries_its_bytes(tmp_path: Path, clock: ManualClock) -> None:
+    """A read whose batches the header scan read anyway (one 16 KiB window) hands over those
+    bytes (the fetch response then writes them inline, no sendfile); a larger read is left
+    to sendfile. Either way the bytes are the file's."""
+    log = _open(tmp_path, clock)
+    _append(log, _batch(3), _batch(2))
+    path = tmp_path / "my-topic-3" / "00000000000000000000.log"
+    small = log.read(3, 1 << 20)
+    assert small is not None and small.data is not None
+    assert small.data == path.read_bytes()[small.position : small.position + small.size]
+    assert small.first_offset == 3 and small.last_offset == 4
+    _append(log, *(_batch(20, size=100) for _ in range(20)))  # ~50 KiB more
+    large = log.read(0, 1 << 20)
+    assert large is not None and large.data is None  # beyond one window: sendfile
+    file_bytes = path.read_bytes()
+    assert large.read_bytes() == file_bytes[large.position : large.position + large.size]
+    assert [r.offset for r in _all_records(log)] == list(range(5 + 20 * 20))
+    log.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -213,9 +214,12 @@ def test_deleted_log_keeps_its_files_open_for_the_delete_delay(
     manager.delete_log(TopicPartition("t", 0))
     assert [p.name for p in (tmp_path / "d").iterdir() if p.is_dir()] == []
     assert log.closed
-    assert len(fetched.read_bytes()) == fetched.size  # still readable
+    assert not fetched.file.closed  # still readable with sendfile or pread
+    region = os.pread(fetched.file.fileno(), fetched.size, fetched.position)
+    assert len(region) == fetched.size == len(fetched.read_bytes())
     clock.advance(60_001)
     manager.cleanup()
+    assert fetched.file.closed
     with pytest.raises(ValueError):
-        fetched.read_bytes()
+        fetched.file.fileno()
     manager.shutdown()

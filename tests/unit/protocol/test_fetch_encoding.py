@@ -1,6 +1,8 @@
 """The hand-written Fetch response encoder must produce what Kafka's schema describes:
 decode it with kio's generated reader for every supported version, with and without
-aborted transactions (read_committed)."""
+aborted transactions (read_committed). Records come as a file region (sent with sendfile)
+or as a region that carries its bytes already (written inline); both must encode to the
+same bytes, the inline one as a single chunk."""
 
 from __future__ import annotations
 
@@ -18,30 +20,51 @@ pytestmark = pytest.mark.unit
 
 
 @dataclass
-class _Slice:
-    data: bytes
+class _Region:
+    """A file region: the network layer sends it with sendfile (``content`` stands in for
+    the file's bytes)."""
+
+    content: bytes
     file: Any = None
     position: int = 0
 
     @property
     def size(self) -> int:
-        return len(self.data)
+        return len(self.content)
+
+
+@dataclass
+class _Inline(_Region):
+    """A region whose bytes were read already (a FetchSlice with ``data``)."""
+
+    @property
+    def data(self) -> bytes:
+        return self.content
+
+
+@pytest.fixture(params=[_Region, _Inline], ids=["sendfile", "inline"])
+def _Slice(request: pytest.FixtureRequest) -> type[_Region]:
+    return request.param
 
 
 def _flatten(chunks: list[Any]) -> bytes:
-    return b"".join(c if isinstance(c, bytes) else c.data for c in chunks)
+    return b"".join(c if isinstance(c, bytes) else c.content for c in chunks)
 
 
 def _decode(version: int, parts: list[FetchPartitionData]) -> Any:
     resp = encode_fetch_response(version, parts)
     raw = _flatten(resp.chunks)
     assert len(raw) == resp.size
+    if all(isinstance(p.records, _Inline) or p.records is None for p in parts):
+        assert len(resp.chunks) == 1  # one write
+    else:
+        assert any(isinstance(c, _Region) for c in resp.chunks)  # left to sendfile
     cls = registry.response_class(ApiKey.FETCH, version)
     return registry._reader(cls)(raw, 0)[0]
 
 
 @pytest.mark.parametrize("version", range(4, 13))
-def test_fetch_response_decodes_with_kafkas_schema(version: int) -> None:
+def test_fetch_response_decodes_with_kafkas_schema(version: int, _Slice: type[_Region]) -> None:
     batch = records.encode_batch([records.SimpleRecord(b"v", b"k", 1)], base_offset=5)
     decoded = _decode(
         version,
@@ -64,7 +87,9 @@ def test_fetch_response_decodes_with_kafkas_schema(version: int) -> None:
 
 
 @pytest.mark.parametrize("version", range(4, 13))
-def test_aborted_transactions_decode_with_kafkas_schema(version: int) -> None:
+def test_aborted_transactions_decode_with_kafkas_schema(
+    version: int, _Slice: type[_Region]
+) -> None:
     batch = records.encode_batch([records.SimpleRecord(b"v", b"k", 1)], base_offset=7)
     decoded = _decode(
         version,
@@ -83,3 +108,19 @@ def test_aborted_transactions_decode_with_kafkas_schema(version: int) -> None:
     assert p0.last_stable_offset == 12 and p0.high_watermark == 20
     assert p0.records == batch
     assert p1.aborted_transactions == ()
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_inline_and_sendfile_regions_encode_the_same_bytes(version: int) -> None:
+    a = records.encode_batch([records.SimpleRecord(b"v" * 50, b"k", 1)], base_offset=0)
+    b = records.encode_batch([records.SimpleRecord(b"w", None, 2)], base_offset=3)
+
+    def parts(kind: type[_Region], other: type[_Region]) -> list[FetchPartitionData]:
+        return [
+            FetchPartitionData("t", 0, ErrorCode.none, 4, 4, 0, None, kind(a)),
+            FetchPartitionData("t", 1, ErrorCode.none, 9, 9, 0, None, other(b)),
+        ]
+
+    sent = _flatten(encode_fetch_response(version, parts(_Region, _Region)).chunks)
+    for kinds in ((_Inline, _Inline), (_Inline, _Region), (_Region, _Inline)):
+        assert _flatten(encode_fetch_response(version, parts(*kinds)).chunks) == sent
