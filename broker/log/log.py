@@ -42,7 +42,6 @@ the calling thread briefly.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import logging
 from collections.abc import Callable
@@ -350,8 +349,7 @@ class Log(LogRetention):
                 if header.producer_id >= 0:
                     found = markers.get(i)
                     completed = producer_state.update(
-                        dataclasses.replace(
-                            header,
+                        header._replace(
                             base_offset=base,
                             partition_leader_epoch=leader_epoch,
                             max_timestamp=ts,
