@@ -411,7 +411,6 @@ class ReplicaManager:
         a coordinator's own writes (``origin``) skip the producer's sequence checks."""
         results: dict[TopicPartition, ProduceResult] = {}
         waiting: dict[TopicPartition, int] = {}
-        woken = 0
         if transactional_id is not None and origin is AppendOrigin.CLIENT:
             results.update(await self.transactions.verify(transactional_id, entries))
         now = self.clock.time_ms()
@@ -449,7 +448,11 @@ class ReplicaManager:
                     appended.log_start_offset,
                     last_offset=appended.last_offset,
                 )
-                woken += self.notify_high_watermark(tp)
+                # The fetches this wakes answer on the loop's next turn, after this
+                # produce's response: yielding first to let them go ahead measured worse
+                # end to end (confluent-kafka both sides, 20,000 records/s: p99 0.6-1.0 ms
+                # against 1.2 ms, p50 no worse) and cost a task per produce.
+                self.notify_high_watermark(tp)
                 if required_acks == -1:
                     if not partition.offset_is_acked(appended.last_offset + 1):
                         waiting[tp] = appended.last_offset + 1
@@ -466,11 +469,6 @@ class ReplicaManager:
                 results[tp] = ProduceResult(error_code_for(exc), error_message=str(exc))
         if waiting:
             await self.await_acks(waiting, results, timeout_ms)
-        elif woken:
-            # Let the fetches this append woke answer before this produce's response is
-            # built: end-to-end latency is the consumer's, not the producer's. One turn of
-            # the loop: a woken fetch reads, encodes and writes its response in one step.
-            await asyncio.sleep(0)
         return results
 
     async def await_acks(
