@@ -82,7 +82,8 @@ demo: setup
 # Millrace beside Apache Kafka (bench/compare.py: workloads 1-6, BENCHMARKS.md + benchmarks/*.png;
 # bench/transactions.py: transactional produce and read_committed reads; bench/compaction.py:
 # the log cleaner's MB/s and CPU per MB, produce and fetch while it cleans; bench/idle_partitions.py:
-# the idle CPU of 3,000 partitions RF=3 on 3 brokers each; bench/aggregates.py:
+# the idle CPU of 3,000 partitions RF=3 on 3 brokers each; bench/broker_latency.py: the
+# broker's own share of end-to-end latency, plain sockets instead of clients; bench/aggregates.py:
 # Spark with format("millrace") beside format("kafka") for an aggregation upserted exactly once
 # into a compacted topic, a compacted topic read as a table, and a topic landed in Delta), then
 # the Millrace-only cluster fail-over and consumer-group measurements. Progress on stderr.
@@ -96,6 +97,7 @@ bench: setup
 	$(PY) -m bench.cluster --records 1000000 --runs 3 --kills 3
 	$(PY) -m bench.groups --rebalances 5 --commit-seconds 20 --threads 4
 	$(PY) -m bench.idle_partitions --partitions 3000 --seconds 30 --runs 3 --profile
+	$(PY) -m bench.broker_latency --pairs 5000 --rounds 3
 
 # Workloads 1-6 side by side at reduced sizes (under five minutes), into
 # /tmp/millrace-bench-quick.md and /tmp/millrace-bench-quick/; BENCHMARKS.md is not touched.
