@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -604,17 +605,24 @@ class ReplicaManager:
             or any(r.error != ErrorCode.none for r in results)
         ):
             return results
-        holder: list[list[FetchResult]] = [results]
+        # A waiting fetch keeps its last read, but not the bytes a small read carries inline
+        # (up to a scan window per partition): a client must not hold broker memory by
+        # parking fetches with a min_bytes it never reaches; the answer then uses sendfile.
+        holder: list[list[FetchResult]] = [_without_inline_bytes(results)]
         first = [True]
 
         def enough() -> bool:
             if first[0]:  # just read: wait for a notification or the deadline
                 first[0] = False
                 return False
-            holder[0] = read()
-            return sum(r.size for r in holder[0]) >= min_bytes or any(
-                r.error != ErrorCode.none for r in holder[0]
-            )
+            fresh = read()
+            if sum(r.size for r in fresh) >= min_bytes or any(
+                r.error != ErrorCode.none for r in fresh
+            ):
+                holder[0] = fresh
+                return True
+            holder[0] = _without_inline_bytes(fresh)
+            return False
 
         # At the deadline, without a notification since the last read, that read still holds:
         # appends, high watermark moves, role changes and stopped replicas all notify.
@@ -671,3 +679,11 @@ class ReplicaManager:
         """Write ``replication-offset-checkpoint`` in every online log dir (a dir where it
         cannot be written goes offline)."""
         write_high_watermarks(self.log_manager, self.partitions)
+
+
+def _without_inline_bytes(results: list[FetchResult]) -> list[FetchResult]:
+    """``results`` with each slice's inline bytes dropped (the slice is sent with sendfile)."""
+    for r in results:
+        if r.slice is not None and r.slice.data is not None:
+            r.slice = dataclasses.replace(r.slice, data=None)
+    return results

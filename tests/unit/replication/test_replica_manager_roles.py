@@ -494,6 +494,42 @@ def test_a_fetch_waiting_at_the_log_end_answers_on_the_next_turn_after_an_append
     assert _run(scenario) == 4
 
 
+def test_a_fetch_waiting_for_min_bytes_holds_no_inline_bytes(tmp_path: Path) -> None:
+    """A fetch whose min_bytes the log has not reached waits keeping its last read, but not
+    the bytes a small read carries inline (a client parking such fetches must not hold broker
+    memory); at its deadline it answers that read, with the records sent from the file."""
+    b = Broker(tmp_path)
+    b.apply(1, _spec(leader=1, epoch=1, isr=(1,), replicas=(1,)))
+
+    async def scenario() -> FetchResult:
+        await _produce(b.rm, 5, acks=1)
+        waiting = asyncio.create_task(
+            b.rm.fetch(
+                [FetchRequestPartition(TP, 0, 1 << 20)],
+                max_wait_ms=100,
+                min_bytes=1 << 20,
+                max_bytes=1 << 20,
+            )
+        )
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        await _produce(b.rm, 2, acks=1)  # wakes it; still short of min_bytes
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        b.clock.advance(101)
+        b.rm.purgatory.expire()
+        [result] = await waiting
+        return result
+
+    result = _run(scenario)
+    assert result.slice is not None and result.slice.data is None
+    assert _last_offset(result) == 6
+    data = result.slice.read_bytes()
+    assert [h.last_offset for h in records.iter_batches(data)] == [4, 6]
+
+
 def test_a_retried_duplicate_while_the_isr_is_short_is_not_called_unwritten(
     tmp_path: Path,
 ) -> None:
