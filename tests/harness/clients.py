@@ -125,10 +125,7 @@ def confluent_consume(
     )
     consumer = Consumer(conf)
     try:
-        high = {}
-        for p in partitions:
-            _low, hw = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
-            high[p] = hw
+        high = {p: high_watermark(consumer, topic, p) for p in partitions}
         pending = {p for p in partitions if high[p] > max(first, 0)}
         out: dict[int, list[Any]] = {p: [] for p in partitions}
         if not pending:
@@ -156,6 +153,25 @@ def confluent_consume(
         return out
     finally:
         consumer.close()
+
+
+def high_watermark(consumer: Any, topic: str, partition: int, timeout_s: float = 30.0) -> int:
+    """The partition's high watermark, asked of its leader by ListOffsets. While leadership
+    moves (after a restart or an election), librdkafka's query answers
+    NOT_LEADER_FOR_PARTITION or LEADER_NOT_AVAILABLE and does not retry; like any client,
+    ask again after its metadata catches up."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    retriable = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            _low, hw = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)
+            return int(hw)
+        except KafkaException as e:
+            if e.args[0].code() not in retriable or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
 
 
 def read_log_batches(partition_dir: Path) -> list[tuple[Path, Any, bool]]:
