@@ -26,8 +26,9 @@ net-tools:
 	    echo "could not install iptables: the fault harness will skip"; \
 	  else echo "iptables missing (needs root and apt-get): the fault harness will skip"; fi; }
 
-# The editable install also compiles the reader's record decoder (setup.py, a C extension).
-$(STAMP): pyproject.toml setup.py spark_connector/_native_records.c broker/protocol/_record_check.c broker/protocol/_request_check.c
+# The editable install also compiles the C extensions (setup.py): the reader's record
+# decoder, the writer's batch encoder and the broker's request and record checks.
+$(STAMP): pyproject.toml setup.py spark_connector/_native_records.c spark_connector/_native_batches.c broker/protocol/_record_check.c broker/protocol/_request_check.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat

@@ -5,7 +5,8 @@ decodes it (falling back to ``request_walk._walk_py``).
 ``broker.protocol._record_check`` walks the records of a produced batch to validate them
 (falling back to ``records._check_records_py``).
 ``spark_connector._native_records`` decodes Kafka record batches into Arrow buffers for the
-fetch reader. It is optional: without a C compiler the install still succeeds and
+fetch reader; ``spark_connector._native_batches`` encodes Arrow columns as record batches for
+the writer (falling back to ``record_encoder``'s pure-Python functions). It is optional: without a C compiler the install still succeeds and
 ``spark_connector.record_batches`` falls back to its pure-Python decoder (logging a warning).
 """
 
@@ -28,6 +29,12 @@ setup(
         Extension(
             "spark_connector._native_records",
             ["spark_connector/_native_records.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "spark_connector._native_batches",
+            ["spark_connector/_native_batches.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

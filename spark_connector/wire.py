@@ -79,6 +79,10 @@ class Connection:
         with contextlib.suppress(OSError):
             self._sock.close()
 
+    def fileno(self) -> int:
+        """The socket's descriptor, for ``select``."""
+        return self._sock.fileno()
+
     def _recv_exact(self, n: int) -> bytearray:
         out = bytearray(n)
         view = memoryview(out)

@@ -10,7 +10,7 @@ tasks. Concurrency: pure functions.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql.types import (
@@ -22,11 +22,20 @@ from pyspark.sql.types import (
     StructType,
 )
 
-__all__ = ["WriteOptionError", "WritePlan", "plan_write", "producer_config"]
+__all__ = [
+    "BatchSettings",
+    "WriteOptionError",
+    "WritePlan",
+    "batch_settings",
+    "plan_write",
+    "producer_config",
+]
 
 BOOTSTRAP_OPTION = "kafka.bootstrap.servers"
 TOPIC_OPTION = "topic"
 KAFKA_PREFIX = "kafka."
+PRODUCER_OPTION = "producer"
+PRODUCERS = ("auto", "batch", "librdkafka")
 
 # Java serializer options make no sense here (Spark's Kafka sink rejects them too): the
 # key and value columns are already bytes or strings.
@@ -57,6 +66,7 @@ class WritePlan:
     partition_index: int | None
     headers_index: int | None
     producer_options: dict[str, str]
+    producer: str = "auto"
 
 
 def _type_name(dt: DataType) -> str:
@@ -97,6 +107,12 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> WritePlan:
     for name, why in _UNSUPPORTED_OPTIONS.items():
         if name in opts:
             raise WriteOptionError(f"option '{name}' is not supported: {why}")
+    producer = opts.get(PRODUCER_OPTION, "auto").strip().lower()
+    if producer not in PRODUCERS:
+        raise WriteOptionError(
+            f"option '{PRODUCER_OPTION}' is {opts[PRODUCER_OPTION]!r}; it must be one of "
+            f"{', '.join(PRODUCERS)}"
+        )
     topic_option = opts.get(TOPIC_OPTION)
     if topic_option is not None and not topic_option.strip():
         raise WriteOptionError(f"option '{TOPIC_OPTION}' must not be empty")
@@ -156,6 +172,7 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> WritePlan:
         partition_index=index.get("partition"),
         headers_index=index.get("headers"),
         producer_options=producer_options,
+        producer=producer,
     )
 
 
@@ -180,3 +197,116 @@ def producer_config(plan: WritePlan) -> dict[str, Any]:
         conf["enable.idempotence"] = not weak_acks
     conf.update(user)
     return conf
+
+
+# --- the batch producer's settings --------------------------------------------------------------
+
+# librdkafka's batching knobs: the batch producer sends each Arrow batch's rows of a partition
+# as whole record batches of up to batch.size bytes, so these have nothing left to tune.
+_BATCHING_ONLY = frozenset(
+    {
+        "linger.ms",
+        "queue.buffering.max.ms",
+        "batch.num.messages",
+        "queue.buffering.max.messages",
+        "partitioner",
+    }
+)
+_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSettings:
+    """How a task's :class:`~spark_connector.batch_producer.BatchProducer` is set up, from
+    the ``kafka.*`` options (librdkafka's names and defaults). Picklable."""
+
+    acks: int = -1
+    idempotent: bool = True
+    codec: int = 0
+    batch_bytes: int = 1_000_000
+    request_timeout_ms: int = 30_000
+    delivery_timeout_ms: int = 300_000
+    retry_backoff_ms: int = 100
+    buffer_bytes: int = 32 << 20
+    client_id: str = "millrace-spark-writer"
+
+
+def _int_option(name: str, raw: str, low: int, high: int) -> int:
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise WriteOptionError(f"option 'kafka.{name}' is {raw!r}; it must be an integer") from None
+    if not low <= value <= high:
+        raise WriteOptionError(f"option 'kafka.{name}' is {value}; it must be {low}..{high}")
+    return value
+
+
+def _bool_option(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise WriteOptionError(f"option 'kafka.{name}' is {raw!r}; it must be true or false")
+
+
+def batch_settings(plan: WritePlan) -> BatchSettings | str:
+    """The batch producer's settings for ``plan``, or why it cannot write it (the reason
+    is a sentence; such writes go through librdkafka's per-row producer).
+
+    The batch producer writes the rows of an at-least-once write with a ``topic`` option and
+    no ``headers`` column, with the ``kafka.*`` options ``acks`` (all or 1),
+    ``enable.idempotence``, ``compression.type`` (none, gzip, snappy, lz4, zstd),
+    ``batch.size``, ``request.timeout.ms``, ``delivery.timeout.ms`` (or
+    ``message.timeout.ms``), ``retry.backoff.ms``, ``queue.buffering.max.kbytes`` (the bytes
+    of batches a task may have unacknowledged), ``client.id`` and librdkafka's batching
+    options (which it has no use for: ``linger.ms``, ``batch.num.messages``, ...). Raises :class:`WriteOptionError` for a malformed value.
+    """
+    if plan.producer == "librdkafka":
+        return f"option '{PRODUCER_OPTION}' is librdkafka"
+    if plan.topic is None:
+        return "the rows name their topics in a 'topic' column"
+    if plan.headers_index is not None:
+        return "the rows carry a 'headers' column"
+    opts = dict(plan.producer_options)
+    acks_raw = opts.pop("acks", opts.pop("request.required.acks", "all")).strip().lower()
+    if acks_raw in ("all", "-1"):
+        acks = -1
+    elif acks_raw == "1":
+        acks = 1
+    else:
+        return f"option 'kafka.acks' is {acks_raw} (the batch producer waits for acks)"
+    idempotent = acks == -1
+    if "enable.idempotence" in opts:
+        idempotent = _bool_option("enable.idempotence", opts.pop("enable.idempotence"))
+        if idempotent and acks != -1:
+            raise WriteOptionError(
+                "option 'kafka.enable.idempotence' is true, which needs 'kafka.acks' all"
+            )
+    codec_raw = opts.pop("compression.type", opts.pop("compression.codec", "none"))
+    codec = _CODECS.get(codec_raw.strip().lower())
+    if codec is None:
+        return f"option 'kafka.compression.type' is {codec_raw}"
+    settings = BatchSettings(acks=acks, idempotent=idempotent, codec=codec)
+    ints = {
+        "batch.size": ("batch_bytes", 1, 2**31 - 1),
+        "request.timeout.ms": ("request_timeout_ms", 1, 900_000),
+        "delivery.timeout.ms": ("delivery_timeout_ms", 0, 2**31 - 1),
+        "message.timeout.ms": ("delivery_timeout_ms", 0, 2**31 - 1),
+        "retry.backoff.ms": ("retry_backoff_ms", 1, 300_000),
+        "queue.buffering.max.kbytes": ("buffer_bytes", 1, 2**31 - 1),
+    }
+    changes: dict[str, object] = {}
+    for name, raw in opts.items():
+        if name in ints:
+            attr, low, high = ints[name]
+            changes[attr] = _int_option(name, raw, low, high)
+        elif name == "client.id":
+            changes["client_id"] = raw
+        elif name not in _BATCHING_ONLY:
+            return f"option 'kafka.{name}' is a librdkafka setting the batch producer lacks"
+    if "buffer_bytes" in changes:
+        changes["buffer_bytes"] = int(changes["buffer_bytes"]) * 1024  # type: ignore[call-overload]
+    if changes.get("delivery_timeout_ms") == 0:
+        changes["delivery_timeout_ms"] = 2**31 - 1  # librdkafka: 0 is infinite
+    return replace(settings, **changes)  # type: ignore[arg-type]

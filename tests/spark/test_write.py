@@ -145,11 +145,25 @@ def test_murmur2_matches_librdkafka_and_spark_placement(
             assert placed[kb] == partition_for_key(kb, n), (topic, k)
 
 
+@pytest.mark.parametrize(
+    ("producer", "queue_option", "queue_size"),
+    [
+        ("batch", "kafka.queue.buffering.max.kbytes", "64"),
+        ("librdkafka", "kafka.queue.buffering.max.messages", "15000"),
+    ],
+)
 def test_rows_of_a_key_keep_their_order(
-    spark: Any, fmt: str, cluster: Any, topic_name: str
+    spark: Any,
+    fmt: str,
+    cluster: Any,
+    topic_name: str,
+    producer: str,
+    queue_option: str,
+    queue_size: str,
 ) -> None:
     """A key's rows arrive in the task's order, in the partitioner's partition, across
-    several Arrow batches and a local queue smaller than the write."""
+    several Arrow batches and a local queue smaller than the write (each producer's own
+    bound: the batch producer's bytes unacknowledged, librdkafka's queued messages)."""
     topic = cluster.create_topic(topic_name, 3)
     rows = [(f"k{i % 40}", f"{i}") for i in range(30_000)]
     df = spark.createDataFrame(rows, "key string, value string").coalesce(1)
@@ -157,7 +171,9 @@ def test_rows_of_a_key_keep_their_order(
         df.write.format(fmt)
         .option("kafka.bootstrap.servers", cluster.bootstrap)
         .option("topic", topic)
-        .option("kafka.queue.buffering.max.messages", "15000")
+        .option("producer", producer)
+        .option("kafka.batch.size", "16384")
+        .option(queue_option, queue_size)
         .mode("append")
         .save()
     )
@@ -170,6 +186,81 @@ def test_rows_of_a_key_keep_their_order(
     for key, values in per_key.items():
         assert values == sorted(values), key
         assert values == list(range(int(key[1:]), len(rows), 40))
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_batch_and_librdkafka_producers_write_the_same_records(
+    spark: Any, fmt: str, cluster: Any, topic_name: str, codec: str
+) -> None:
+    """The batch producer (the default for such a write) and librdkafka's per-row producer
+    (``producer=librdkafka``) put the same rows in the same partitions, byte for byte: keyed
+    rows by murmur2, null keys anywhere, null values as tombstones, empty strings kept."""
+    n = 4
+    rows = [
+        (None if i % 9 == 0 else f"key-{i}-\u00e9", None if i % 13 == 0 else "v" * (i % 7))
+        for i in range(3_000)
+    ]
+    df = spark.createDataFrame(rows, "key string, value string").repartition(2)
+    placed: dict[str, Any] = {}
+    for producer in ("batch", "librdkafka"):
+        topic = cluster.create_topic(f"{topic_name}-{producer}", n)
+        (
+            df.write.format(fmt)
+            .option("kafka.bootstrap.servers", cluster.bootstrap)
+            .option("topic", topic)
+            .option("producer", producer)
+            .option("kafka.compression.type", codec)
+            .mode("append")
+            .save()
+        )
+        got = _all(cluster, topic, n)
+        keyed = sorted(
+            (p, m.key(), m.value()) for p, msgs in got.items() for m in msgs if m.key() is not None
+        )
+        keyless = sorted(
+            (m.value() or b"", m.value() is None)
+            for msgs in got.values()
+            for m in msgs
+            if m.key() is None
+        )
+        placed[producer] = (keyed, keyless)
+        for p, key, _value in keyed:
+            assert p == partition_for_key(key, n), (producer, key, p)
+    assert placed["batch"] == placed["librdkafka"]
+    keyed, keyless = placed["batch"]
+    want = sorted((k.encode(), None if v is None else v.encode()) for k, v in rows if k is not None)
+    assert sorted((k, v) for _p, k, v in keyed) == want
+    assert len(keyless) == sum(1 for k, _v in rows if k is None)
+
+
+def test_producer_batch_refuses_writes_it_cannot_do(
+    spark: Any, fmt: str, cluster: Any, topic_name: str
+) -> None:
+    """``producer=batch`` asks for the batch producer: a write it cannot do fails on the
+    driver naming the option and the reason, instead of silently going row by row."""
+    topic = cluster.create_topic(topic_name, 1)
+    df = spark.createDataFrame(
+        [("k", "v", [("h", b"x")])], f"key string, value string, headers {HEADERS_TYPE}"
+    )
+    writer = (
+        df.write.format(fmt)
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("topic", topic)
+        .option("producer", "batch")
+        .mode("append")
+    )
+    with pytest.raises(PySparkException) as info:
+        writer.save()
+    text = _error_text(info.value)
+    assert "option 'producer' is batch" in text and "'headers' column" in text
+    with pytest.raises(PySparkException) as info:
+        df.select("key", "value").write.format(fmt).option(
+            "kafka.bootstrap.servers", cluster.bootstrap
+        ).option("topic", topic).option("producer", "batch").option("kafka.acks", "0").mode(
+            "append"
+        ).save()
+    assert "kafka.acks" in _error_text(info.value)
+    assert cluster.consume(topic, [0])[0] == []
 
 
 # --- streaming -------------------------------------------------------------------------------

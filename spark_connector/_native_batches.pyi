@@ -1,0 +1,14 @@
+"""Type stub of the C extension ``_native_batches.c`` (see ``record_encoder``)."""
+
+from typing import Any
+
+def partition_keys(column: tuple[Any, ...], num_partitions: int, /) -> bytes: ...
+def encode_records(
+    keys: tuple[Any, ...] | None,
+    values: tuple[Any, ...],
+    rows: Any,
+    start: int,
+    stop: int,
+    max_bytes: int,
+    /,
+) -> tuple[bytes, int]: ...

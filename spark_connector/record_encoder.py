@@ -1,0 +1,274 @@
+"""Arrow columns encoded as Kafka v2 record batches, a whole batch at a time, for the Spark
+writer's :class:`~spark_connector.batch_producer.BatchProducer`.
+
+Formats
+-------
+A record batch (``RecordBatch`` magic 2, as Kafka's ``DefaultRecordBatch``) is the 61-byte
+header ``baseOffset int64 (0: the broker assigns offsets) | batchLength int32 |
+partitionLeaderEpoch int32 (-1) | magic int8 (2) | crc uint32 | attributes int16 |
+lastOffsetDelta int32 | baseTimestamp int64 | maxTimestamp int64 | producerId int64 |
+producerEpoch int16 | baseSequence int32 | recordCount int32`` followed by the records
+section, compressed as a whole when ``attributes & 7`` names a codec (1 gzip, 2 snappy,
+3 lz4 frame, 4 zstd). The CRC-32C covers everything from ``attributes`` to the end.
+
+Each record here is ``length varint | attributes int8 (0) | timestampDelta varlong (0) |
+offsetDelta varint | keyLength varint (-1: null) | key | valueLength varint (-1: null, a
+tombstone) | value | headerCount varint (0)``, varints zig-zag encoded. Every record of a
+batch carries the batch's timestamp (CreateTime), as the Java producer's records produced in
+the same millisecond do.
+
+A key's partition is Kafka's default partitioner, ``toPositive(murmur2(key)) %
+numPartitions`` (:mod:`spark_connector.partitioner` is the pure reference of the hash).
+
+The work is done by the C extension ``_native_batches`` when it is built; the pure-Python
+functions here (``*_py``) are the reference a property test holds it to, and the fallback
+without a C compiler.
+
+Concurrency: pure functions of their arguments; safe from any thread. The native functions
+release the GIL while they encode.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import crc32c
+import pyarrow as pa
+
+from spark_connector.partitioner import partition_for_key
+
+__all__ = [
+    "CODECS",
+    "NATIVE",
+    "build_batch",
+    "column_spec",
+    "compressor",
+    "encode_records",
+    "partition_keys",
+]
+
+log = logging.getLogger(__name__)
+
+HEADER_SIZE = 61
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_CRC_FROM = 21  # the CRC covers the batch from its attributes on
+
+# librdkafka's compression.type names -> the codec id in a batch's attributes
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+# A column: (offsets, data, validity or None, wide offsets?, first row, length)
+ColumnSpec = tuple[Any, Any, Any, bool, int, int]
+
+try:
+    from spark_connector import _native_batches
+except ImportError:
+    NATIVE = False
+else:
+    NATIVE = True
+
+
+def column_spec(array: pa.Array) -> ColumnSpec:
+    """The buffers of a string or binary Arrow array, as the encoder reads them. Other types
+    (a view type, for example) are cast to ``large_binary`` first."""
+    t = array.type
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        wide = False
+    elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        wide = True
+    else:
+        array = array.cast(pa.large_binary())
+        wide = True
+    validity, offsets, data = array.buffers()[:3]
+    if array.null_count == 0:
+        validity = None
+    empty = b""
+    return (
+        offsets if offsets is not None else bytes(8 if wide else 4),
+        data if data is not None else empty,
+        validity,
+        wide,
+        array.offset,
+        len(array),
+    )
+
+
+# --- the pure-Python reference -----------------------------------------------------------------
+
+
+def _get(spec: ColumnSpec, row: int) -> bytes | None:
+    offsets, data, validity, wide, first, length = spec
+    if not 0 <= row < length:
+        raise ValueError("encode_records: a row number or offset is outside its column")
+    i = first + row
+    if validity is not None and not memoryview(validity)[i >> 3] & (1 << (i & 7)):
+        return None
+    width = 8 if wide else 4
+    lo, hi = struct.unpack_from("<qq" if wide else "<ii", memoryview(offsets), width * i)
+    return bytes(memoryview(data)[lo:hi])
+
+
+def _zigzag_varint(n: int) -> bytes:
+    zz = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while zz >= 0x80:
+        out.append((zz & 0x7F) | 0x80)
+        zz >>= 7
+    out.append(zz)
+    return bytes(out)
+
+
+def partition_keys_py(keys: ColumnSpec, num_partitions: int) -> bytes:
+    """Reference of :func:`partition_keys`: int32 little-endian per row, -1 for null."""
+    out = []
+    for row in range(keys[5]):
+        key = _get(keys, row)
+        out.append(-1 if key is None else partition_for_key(key, num_partitions))
+    return struct.pack(f"<{len(out)}i", *out)
+
+
+def encode_records_py(
+    keys: ColumnSpec | None,
+    values: ColumnSpec,
+    rows: Any,
+    start: int,
+    stop: int,
+    max_bytes: int,
+) -> tuple[bytes, int]:
+    """Reference of :func:`encode_records`."""
+    if rows is not None:
+        raw = memoryview(rows).cast("B")
+        order = list(struct.unpack(f"<{len(raw) // 8}q", raw[: len(raw) // 8 * 8]))
+    else:
+        order = list(range(values[5]))
+    if not 0 <= start <= stop <= len(order):
+        raise ValueError("encode_records: start/stop outside the rows")
+    out = bytearray()
+    for k in range(start, stop):
+        row = order[k]
+        key = _get(keys, row) if keys is not None else None
+        value = _get(values, row)
+        body = b"".join(
+            (
+                b"\x00\x00",  # attributes, timestampDelta
+                _zigzag_varint(k - start),
+                _zigzag_varint(-1 if key is None else len(key)),
+                key or b"",
+                _zigzag_varint(-1 if value is None else len(value)),
+                value or b"",
+                b"\x00",  # headers
+            )
+        )
+        record = _zigzag_varint(len(body)) + body
+        if k > start and len(out) + len(record) > max_bytes:
+            return bytes(out), k - start
+        out += record
+    return bytes(out), stop - start
+
+
+# --- the entry points ------------------------------------------------------------------------
+
+
+def partition_keys(keys: pa.Array, num_partitions: int) -> bytes:
+    """Kafka's default partition of each key, as int32 little-endian per row (-1: null)."""
+    spec = column_spec(keys)
+    if NATIVE:
+        return bytes(_native_batches.partition_keys(spec, num_partitions))
+    return partition_keys_py(spec, num_partitions)
+
+
+def encode_records(
+    keys: ColumnSpec | None,
+    values: ColumnSpec,
+    rows: Any,
+    start: int,
+    stop: int,
+    max_bytes: int,
+) -> tuple[bytes, int]:
+    """The records section holding ``rows[start:stop]`` (row numbers as int64 little-endian;
+    None: rows ``start`` to ``stop - 1``), cut short before the record that would take it past
+    ``max_bytes`` (the first record always goes in). Returns the bytes and the rows taken."""
+    if NATIVE:
+        data, taken = _native_batches.encode_records(keys, values, rows, start, stop, max_bytes)
+        return data, taken
+    return encode_records_py(keys, values, rows, start, stop, max_bytes)
+
+
+def _gzip(data: bytes) -> bytes:
+    c = zlib.compressobj(6, zlib.DEFLATED, 31)
+    return c.compress(data) + c.flush()
+
+
+def _snappy(data: bytes) -> bytes:
+    import cramjam
+
+    return bytes(cramjam.snappy.compress_raw(data))
+
+
+def _lz4(data: bytes) -> bytes:
+    import lz4.frame
+
+    # Kafka's KafkaLZ4BlockInputStream reads independent blocks without a content size.
+    return bytes(
+        lz4.frame.compress(
+            data,
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+            block_linked=False,
+            content_checksum=False,
+            store_size=False,
+        )
+    )
+
+
+def _zstd(data: bytes) -> bytes:
+    import zstandard
+
+    return bytes(zstandard.ZstdCompressor().compress(data))
+
+
+def compressor(codec: int) -> Callable[[bytes], bytes] | None:
+    """The function compressing a records section with ``codec`` (None for ``none``)."""
+    return {0: None, 1: _gzip, 2: _snappy, 3: _lz4, 4: _zstd}[codec]
+
+
+def build_batch(
+    records: bytes,
+    count: int,
+    *,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    codec: int = 0,
+    timestamp_ms: int | None = None,
+) -> bytes:
+    """A whole v2 record batch around an (uncompressed) records section of ``count``
+    records (see the module docstring)."""
+    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    compress = compressor(codec)
+    body = compress(records) if compress is not None else records
+    header = bytearray(
+        _HEADER.pack(
+            0,
+            HEADER_SIZE - 12 + len(body),
+            -1,
+            2,
+            0,
+            codec,
+            count - 1,
+            ts,
+            ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
+    )
+    crc = crc32c.crc32c(body, crc32c.crc32c(bytes(header[_CRC_FROM:])))
+    struct.pack_into(">I", header, 17, crc)
+    return bytes(header) + body

@@ -1,0 +1,144 @@
+"""Which writes the batch producer takes, and how the ``kafka.*`` options set it up: a user
+relies on getting librdkafka's meaning of each option, on the per-row producer for anything
+the batch producer cannot do, and on a message naming a bad option."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from spark_connector.write_plan import (
+    BatchSettings,
+    WriteOptionError,
+    batch_settings,
+    plan_write,
+)
+
+pytestmark = pytest.mark.unit
+
+KV = StructType([StructField("key", StringType()), StructField("value", StringType())])
+
+
+def settings(schema: StructType = KV, **options: str) -> BatchSettings | str:
+    opts = {"kafka.bootstrap.servers": "h:1", "topic": "t"}
+    opts.update({k.replace("_", "."): v for k, v in options.items()})
+    return batch_settings(plan_write(opts, schema))
+
+
+def test_defaults_are_librdkafkas() -> None:
+    s = settings()
+    assert s == BatchSettings(
+        acks=-1,
+        idempotent=True,
+        codec=0,
+        batch_bytes=1_000_000,
+        request_timeout_ms=30_000,
+        delivery_timeout_ms=300_000,
+        retry_backoff_ms=100,
+        buffer_bytes=32 << 20,
+        client_id="millrace-spark-writer",
+    )
+
+
+def test_options_map_to_settings() -> None:
+    s = batch_settings(
+        plan_write(
+            {
+                "kafka.bootstrap.servers": "h:1",
+                "topic": "t",
+                "kafka.compression.type": "ZSTD",
+                "kafka.batch.size": "65536",
+                "kafka.request.timeout.ms": "5000",
+                "kafka.message.timeout.ms": "7000",
+                "kafka.retry.backoff.ms": "20",
+                "kafka.queue.buffering.max.kbytes": "1024",
+                "kafka.client.id": "job-7",
+                "kafka.linger.ms": "50",  # librdkafka batching: nothing left to tune
+                "kafka.batch.num.messages": "10",
+            },
+            KV,
+        )
+    )
+    assert isinstance(s, BatchSettings)
+    assert (s.codec, s.batch_bytes, s.request_timeout_ms, s.delivery_timeout_ms) == (
+        4,
+        65536,
+        5000,
+        7000,
+    )
+    assert (s.retry_backoff_ms, s.buffer_bytes, s.client_id) == (20, 1 << 20, "job-7")
+
+
+@pytest.mark.parametrize(("name", "codec"), [("none", 0), ("gzip", 1), ("snappy", 2), ("lz4", 3)])
+def test_compression_codecs(name: str, codec: int) -> None:
+    s = settings(**{"kafka.compression.type": name})
+    assert isinstance(s, BatchSettings) and s.codec == codec
+
+
+def test_acks_one_is_not_idempotent_and_acks_zero_goes_to_librdkafka() -> None:
+    s = settings(**{"kafka.acks": "1"})
+    assert isinstance(s, BatchSettings) and (s.acks, s.idempotent) == (1, False)
+    s = settings(**{"kafka.acks": "all", "kafka.enable.idempotence": "false"})
+    assert isinstance(s, BatchSettings) and (s.acks, s.idempotent) == (-1, False)
+    reason = settings(**{"kafka.acks": "0"})
+    assert isinstance(reason, str) and "kafka.acks" in reason
+
+
+def test_delivery_timeout_zero_is_infinite() -> None:
+    s = settings(**{"kafka.delivery.timeout.ms": "0"})
+    assert isinstance(s, BatchSettings) and s.delivery_timeout_ms == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"kafka.batch.size": "big"}, "kafka.batch.size"),
+        ({"kafka.batch.size": "0"}, "kafka.batch.size"),
+        ({"kafka.request.timeout.ms": "-5"}, "kafka.request.timeout.ms"),
+        ({"kafka.enable.idempotence": "perhaps"}, "kafka.enable.idempotence"),
+        ({"kafka.acks": "1", "kafka.enable.idempotence": "true"}, "kafka.enable.idempotence"),
+    ],
+)
+def test_a_bad_value_names_its_option(options: dict[str, str], named: str) -> None:
+    with pytest.raises(WriteOptionError, match=named.replace(".", r"\.")):
+        settings(**options)
+
+
+def test_what_the_batch_producer_cannot_do_goes_to_librdkafka() -> None:
+    unknown = settings(**{"kafka.sasl.mechanism": "PLAIN"})
+    assert isinstance(unknown, str) and "kafka.sasl.mechanism" in unknown
+    codec = settings(**{"kafka.compression.type": "brotli"})
+    assert isinstance(codec, str) and "compression.type" in codec
+    headers = StructType(
+        [
+            *KV.fields,
+            StructField(
+                "headers",
+                ArrayType(
+                    StructType(
+                        [StructField("key", StringType()), StructField("value", BinaryType())]
+                    )
+                ),
+            ),
+        ]
+    )
+    assert "headers" in str(settings(headers))
+    topic_column = StructType([*KV.fields, StructField("topic", StringType())])
+    reason = batch_settings(plan_write({"kafka.bootstrap.servers": "h:1"}, topic_column))
+    assert isinstance(reason, str) and "topic" in reason
+    forced = settings(producer="librdkafka")
+    assert isinstance(forced, str) and "librdkafka" in forced
+
+
+def test_the_producer_option_is_checked() -> None:
+    for value in ("auto", "batch", "librdkafka", " Batch "):
+        plan = plan_write({"kafka.bootstrap.servers": "h:1", "topic": "t", "producer": value}, KV)
+        assert plan.producer == value.strip().lower()
+    with pytest.raises(WriteOptionError, match="option 'producer' is 'fast'"):
+        plan_write({"kafka.bootstrap.servers": "h:1", "topic": "t", "producer": "fast"}, KV)
