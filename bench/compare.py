@@ -315,6 +315,25 @@ class Bench:
                         {"rows/s": n / seconds, "seconds": seconds},
                         use,
                     )
+                    out = self.topic(s, "w5-rd-out")
+                    s.create_topic(out, 2, 1)
+                    seconds, use = metered(
+                        s,
+                        spark_workload.write,
+                        spark,
+                        "millrace",
+                        s.bootstrap,
+                        out,
+                        n,
+                        "librdkafka",
+                    )
+                    self.record(
+                        "5",
+                        'write, producer=librdkafka: format("millrace")',
+                        s,
+                        {"rows/s": n / seconds, "seconds": seconds},
+                        use,
+                    )
         finally:
             spark.stop()
 

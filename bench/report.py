@@ -73,7 +73,9 @@ WORKLOADS = (
         "Spark `local[2]` reading a 2-partition topic (loaded with kafka-producer-perf-test): "
         "`count()`, a `noop` write of every column, an `availableNow` streaming read into "
         "`noop` with `maxOffsetsPerTrigger`, and a `df.write` of the same number of rows "
-        "(string key, 100-byte value) into a fresh 2-partition topic.",
+        '(string key, 100-byte value) into a fresh 2-partition topic (`format("millrace")` '
+        "with its default batch producer, and again with `producer=librdkafka`, its per-row "
+        "path).",
         ("rows/s", "seconds"),
         "rows/s",
     ),

@@ -10,7 +10,8 @@ records:
 * ``stream``: ``spark.readStream.format(F)`` with ``maxOffsetsPerTrigger`` and
   ``trigger(availableNow=True)`` into ``format("noop")``, from the earliest offsets until
   the query stops;
-* ``write``: ``n`` rows (string key, 100-byte value) written with ``df.write.format(F)``;
+* ``write``: ``n`` rows (string key, 100-byte value) written with ``df.write.format(F)``
+  (for ``format("millrace")`` also with ``producer=librdkafka``, its per-row path);
   ``write_exactly_once``: the same rows with ``format("millrace")`` and
   ``deliveryGuarantee=exactly-once`` (every task's rows in a Kafka transaction, committed by
   the driver: ``docs/exactly-once.md``).
@@ -136,17 +137,18 @@ def stream(spark: Any, fmt: str, bootstrap: str, topic: str, n: int, max_offsets
     return seconds
 
 
-def write(spark: Any, fmt: str, bootstrap: str, topic: str, n: int) -> float:
+def write(
+    spark: Any, fmt: str, bootstrap: str, topic: str, n: int, producer: str | None = None
+) -> float:
+    """``df.write.format(fmt)`` of ``n`` rows; ``producer`` sets ``format("millrace")``'s
+    ``producer`` option (None: its default, the batch producer for this write)."""
     rows = spark.range(n).selectExpr("CAST(id AS STRING) AS key", "repeat('x', 100) AS value")
+    writer = rows.write.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+    if producer is not None:
+        writer = writer.option("producer", producer)
     return _timed(
-        f"{fmt} write",
-        lambda: (
-            rows.write.format(fmt)
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("topic", topic)
-            .mode("append")
-            .save()
-        ),
+        f"{fmt} write" + (f" (producer={producer})" if producer else ""),
+        lambda: writer.option("topic", topic).mode("append").save(),
     )
 
 
