@@ -22,7 +22,8 @@ As follower, the partition only appends what the follower fetcher brings from th
 leader's HW from the fetch response).
 
 ``min.insync.replicas`` is enforced for acks=all: when the ISR is smaller, the append is
-refused with NOT_ENOUGH_REPLICAS before anything is written.
+refused with NOT_ENOUGH_REPLICAS before anything is written. As in Kafka 3.9, a setting above
+the partition's replica count counts as that count (:meth:`Partition.effective_min_isr`).
 
 Concurrency: event loop thread only.
 """
@@ -181,6 +182,12 @@ class Partition:
 
     # --- leader: appends and the high watermark ----------------------------------------------
 
+    def effective_min_isr(self) -> int:
+        """The ISR size an ``acks=all`` append needs: the topic's ``min.insync.replicas``,
+        but never more than the partition's replicas (Kafka 3.9's ``effectiveMinIsr``: a
+        topic with RF 1 and ``min.insync.replicas`` 2 takes acks=all writes)."""
+        return min(self.log.config.min_insync_replicas, max(len(self.replicas), 1))
+
     def append_as_leader(
         self,
         buf: bytearray,
@@ -190,7 +197,7 @@ class Partition:
     ) -> AppendResult:
         if not self.is_leader:
             raise NotLeaderError(f"broker {self.broker_id} is not the leader of {self.tp}")
-        min_isr = self.log.config.min_insync_replicas
+        min_isr = self.effective_min_isr()
         if required_acks == -1 and len(self.isr) < min_isr:
             # A retry of a batch this log already holds is not refused as "not written"
             # (NOT_ENOUGH_REPLICAS, which librdkafka takes as not persisted and may send

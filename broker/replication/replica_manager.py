@@ -457,7 +457,7 @@ class ReplicaManager:
                 if required_acks == -1:
                     if not partition.offset_is_acked(appended.last_offset + 1):
                         waiting[tp] = appended.last_offset + 1
-                    elif len(partition.isr) < cfg.min_insync_replicas:
+                    elif len(partition.isr) < partition.effective_min_isr():
                         # a retried duplicate, committed, but the ISR is short right now
                         results[tp] = ProduceResult(
                             ErrorCode.not_enough_replicas_after_append,
@@ -497,7 +497,7 @@ class ReplicaManager:
                 results[tp] = ProduceResult(ErrorCode.not_leader_or_follower)
             elif not p.offset_is_acked(required):
                 results[tp] = ProduceResult(ErrorCode.request_timed_out)
-            elif len(p.isr) < p.log.config.min_insync_replicas:
+            elif len(p.isr) < p.effective_min_isr():
                 # written and committed, but the ISR shrank below min.insync.replicas while
                 # we waited (Kafka's checkEnoughReplicasReachOffset)
                 results[tp] = ProduceResult(

@@ -15,7 +15,7 @@ writes what a user wrote, once, in order, to Millrace and to Apache Kafka 3.9.1 
 * ``acks=all`` while a partition's ISR is smaller than its ``min.insync.replicas`` fails once
   ``delivery.timeout.ms`` has passed, naming NOT_ENOUGH_REPLICAS, and nothing is written;
   a ``min.insync.replicas`` above the replication factor counts as the replication factor,
-  as in Kafka 3.9 (Millrace refuses such writes instead: a strict xfail until it does not).
+  as in Kafka 3.9.
 
 ``write_record_batches`` needs no Spark: the tests hand it pyarrow batches. Apache Kafka is
 the JVM started from ``make setup``'s jars on the module cluster's ZooKeeper under a chroot,
@@ -298,20 +298,10 @@ def test_not_enough_replicas_times_out(cluster: Cluster, topic_name: str) -> Non
         cluster.ensure_running(follower)
 
 
-def test_min_insync_above_replication_factor(
-    system: System, topic_name: str, request: pytest.FixtureRequest
-) -> None:
+def test_min_insync_above_replication_factor(system: System, topic_name: str) -> None:
     """Kafka (3.9: ``Partition.effectiveMinIsr``) caps ``min.insync.replicas`` at the
-    replication factor: with RF 1 and ``min.insync.replicas`` 2 an acks=all write succeeds."""
-    if system.name == "millrace":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                raises=DeliveryError,
-                reason="Millrace enforces min.insync.replicas above the replication factor "
-                "(NOT_ENOUGH_REPLICAS); Kafka uses min(min.insync.replicas, RF)",
-            )
-        )
+    replication factor: with RF 1 and ``min.insync.replicas`` 2 an acks=all write succeeds,
+    on Millrace as on Kafka."""
     system.create(topic_name, 1, {"min.insync.replicas": "2"}, 1)
     plan, settings = _settings(system.bootstrap, topic_name, acks="all", delivery_timeout_ms="3000")
     msg = write_record_batches(plan, settings, iter([_arrow([("k", "v1"), (None, "v2")])]))

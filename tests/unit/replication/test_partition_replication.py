@@ -376,6 +376,21 @@ def test_acks_all_below_min_insync_replicas_is_refused_before_writing(tmp_path: 
     assert p.log.log_end_offset == 3
 
 
+def test_min_insync_replicas_above_the_replica_count_counts_as_the_replicas(
+    tmp_path: Path,
+) -> None:
+    """Kafka 3.9's effectiveMinIsr: min(min.insync.replicas, replicas). One replica with
+    min.insync.replicas 3 takes acks=all; two replicas with only the leader in sync do not."""
+    p = _leader(_open_log(tmp_path / "one", min_insync_replicas=3), replicas=(1,), isr=(1,))
+    assert p.effective_min_isr() == 1
+    _append(p, 2, acks=-1)
+    assert p.log.log_end_offset == 2
+    q = _leader(_open_log(tmp_path / "two", min_insync_replicas=3), replicas=(1, 2), isr=(1,))
+    assert q.effective_min_isr() == 2
+    with pytest.raises(NotEnoughReplicasError):
+        _append(q, 1, acks=-1)
+
+
 def test_acks_all_with_enough_in_sync_replicas_is_written(tmp_path: Path) -> None:
     p = _leader(_open_log(tmp_path, min_insync_replicas=2), replicas=(1, 2), isr=(1, 2))
     _append(p, 2, acks=-1)
