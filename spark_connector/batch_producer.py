@@ -377,13 +377,13 @@ class BatchProducer:
             self._in_flight[broker] = parts
             self._drop(broker)
             return
+        refused: str | None = None
         for part in parts:
             part.in_flight = False
             code = results.get((part.topic, part.index))
             if code is None:
-                self._fail(f"{part.topic}[{part.index}]: missing from the Produce response")
-                return
-            if code in (NONE, DUPLICATE_SEQUENCE_NUMBER):
+                refused = refused or f"{part.topic}[{part.index}]: missing from the response"
+            elif code in (NONE, DUPLICATE_SEQUENCE_NUMBER):
                 head = part.queue.popleft()
                 self._queued_bytes -= len(head.data)
                 self.acked_records += head.records
@@ -396,10 +396,12 @@ class BatchProducer:
                 )
                 self._retry_later(part, error_name(code))
             else:
-                self._fail(
+                refused = refused or (
                     f"{part.topic}[{part.index}]: the broker refused a batch of "
                     f"{part.queue[0].records} records: {error_name(code)}"
                 )
+        if refused is not None:  # after counting the batches the same response acknowledged
+            self._fail(refused)
 
     @staticmethod
     def _parse(frame: bytearray) -> dict[tuple[str, int], int]:
