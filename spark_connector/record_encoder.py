@@ -66,6 +66,8 @@ CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 # A column: (offsets, data, validity or None, wide offsets?, first row, length)
 ColumnSpec = tuple[Any, Any, Any, bool, int, int]
 
+_warned = False
+
 try:
     from spark_connector import _native_batches
 except ImportError:
@@ -197,6 +199,14 @@ def encode_records(
     if NATIVE:
         data, taken = _native_batches.encode_records(keys, values, rows, start, stop, max_bytes)
         return data, taken
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning(
+            "the native batch encoder (spark_connector._native_batches) is not built: "
+            "format('millrace') writes encode records in Python, many times slower "
+            "(pip install -e . with a C compiler builds it)"
+        )
     return encode_records_py(keys, values, rows, start, stop, max_bytes)
 
 
