@@ -3,7 +3,7 @@ in a network of its own, the four workloads at once, faults from a seed, and the
 a run passes when every anomaly count is 0 (no acknowledged record lost or duplicated, no
 aborted read, no lost commit or skipped record, consumers agree on every offset...).
 
-* ``test_quick_run`` (``make test``): one fault of six kinds in turn.
+* ``test_quick_run`` (``make fault``, marker ``long``): one fault of six kinds in turn.
 * ``test_fault_kind`` (``make fault``, marker ``long``): for each fault kind, a run of
   ``MILLRACE_FAULTS_PER_KIND`` faults (10 by default: 100 faults per workload over the ten
   kinds) with the seed ``MILLRACE_FAULT_SEED`` (random by default, printed); the reports go
@@ -118,9 +118,12 @@ QUICK_KINDS = [
 ]
 
 
+@pytest.mark.long
 @pytest.mark.timeout(900)
 def test_quick_run(tmp_path: Path) -> None:
-    """Six faults, one of each of the kinds most likely to lose data, in turn."""
+    """Six faults, one of each of the kinds most likely to lose data, in turn (a long run:
+    ``make fault`` runs it beside the runs of every kind; ``make test`` keeps the harness's
+    own unit tests)."""
     report = run_harness(
         tmp_path, seed=17, faults=len(QUICK_KINDS), kinds=QUICK_KINDS, cycle=True, timeout_s=600
     )

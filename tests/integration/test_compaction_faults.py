@@ -20,7 +20,7 @@ increasing and, for every key, exactly the latest value the producer had acknowl
 key whose latest acknowledged write is a tombstone is absent or ends with that tombstone).
 
 ``MILLRACE_COMPACTION_SEED`` and ``MILLRACE_COMPACTION_KILLS`` choose another seed and more
-kills: ``make test`` runs 4 kills at seeded moments, ``make fault`` 60 (every moment several
+kills: ``make test`` runs 2 kills at seeded moments, ``make fault`` 60 (every moment several
 times, to hunt for rarer interleavings).
 """
 
@@ -51,11 +51,11 @@ if TYPE_CHECKING:
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.fault,
-    pytest.mark.timeout(300 + 20 * int(os.environ.get("MILLRACE_COMPACTION_KILLS", "4"))),
+    pytest.mark.timeout(300 + 20 * int(os.environ.get("MILLRACE_COMPACTION_KILLS", "2"))),
 ]
 
 SEED = int(os.environ.get("MILLRACE_COMPACTION_SEED", "20250611"))
-KILLS = int(os.environ.get("MILLRACE_COMPACTION_KILLS", "4"))
+KILLS = int(os.environ.get("MILLRACE_COMPACTION_KILLS", "2"))
 KEYS = 3000
 TOPIC = "compacted-under-kill"
 PROPS = {
