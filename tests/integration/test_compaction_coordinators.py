@@ -3,7 +3,7 @@ as many records as there are live keys, not every record ever written. 3 brokers
 internal topics with small segments (and ``log.roll.ms`` short, so the active segment rolls
 once the writing stops and all of it can be cleaned):
 
-* one consumer group commits offsets of a few partitions 100,000 times (confluent-kafka,
+* one consumer group commits offsets of a few partitions 40,000 times (confluent-kafka,
   asynchronous commits with explicit offsets from a few consumers of the group); once every
   replica of the group's ``__consumer_offsets`` partition has been cleaned down to a few
   records, the coordinator's broker is SIGKILLed; the new coordinator's
@@ -61,10 +61,10 @@ pytestmark = [
     ),
 ]
 
-COMMITS = 100_000
+COMMITS = 40_000  # 80,000 offset records: about ten 1 MiB segments to clean
 COMMITTERS = 4  # consumers of the group committing concurrently, each its own partitions
 PARTITIONS_PER_COMMIT = 2
-TRANSACTIONS = 1000
+TRANSACTIONS = 600  # about 1,800 state records: several 64 KiB segments
 
 
 def _log_records(directory: Path) -> tuple[int, int]:
