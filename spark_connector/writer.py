@@ -78,9 +78,7 @@ Example (batch and streaming)::
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +91,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from spark_connector.batch_producer import BatchProducer, ProduceError
+from spark_connector.batch_write import write_record_batches
 from spark_connector.exactly_once import (
     Committer,
     ExactlyOnce,
@@ -102,8 +100,8 @@ from spark_connector.exactly_once import (
     exactly_once_settings,
     task_transactions,
 )
-from spark_connector.record_encoder import build_batch, column_spec, encode_records, partition_keys
 from spark_connector.txn_client import OpenTransaction, TxnClient
+from spark_connector.write_outcome import DeliveryError, MillraceWriteCommitMessage
 from spark_connector.write_plan import (
     PRODUCER_OPTION,
     TOPIC_OPTION,
@@ -136,19 +134,6 @@ _POLL_EVERY_ROWS = 1000
 # How long one flush() call waits; flush is repeated until every report has arrived
 # (librdkafka bounds each message's life with message.timeout.ms / delivery.timeout.ms).
 _FLUSH_STEP_S = 5.0
-
-
-class DeliveryError(RuntimeError):
-    """A row the cluster did not acknowledge (or refused): the task fails, Spark retries."""
-
-
-@dataclass(slots=True)
-class MillraceWriteCommitMessage(WriterCommitMessage):
-    """What one task wrote: the number of rows the cluster acknowledged and, with
-    exactly-once, the task's open transaction (None when it wrote nothing). Picklable."""
-
-    rows: int
-    transaction: TaskTransaction | None = None
 
 
 class _DeliveryTracker:
@@ -456,133 +441,6 @@ def write_batches(
                     producer.abort_transaction(10.0)
             except (KafkaException, RuntimeError) as exc:
                 log.warning("millrace writer: purging the producer after a failure: %s", exc)
-
-
-def _placement(
-    plan: WritePlan, batch: pa.RecordBatch, row_base: int, partitions: int, sticky: int
-) -> Any:
-    """Each row's partition (a numpy int32 array): the ``partition`` column where set, else
-    Kafka's default partitioner on the key, else ``sticky`` (keyless rows)."""
-    import numpy as np
-
-    n = batch.num_rows
-    keys = batch.column(plan.key_index) if plan.key_index is not None else None
-    if keys is not None and keys.null_count < n:
-        placed = np.frombuffer(partition_keys(keys, partitions), dtype="<i4").copy()
-        placed[placed < 0] = sticky
-    else:
-        placed = np.full(n, sticky, dtype=np.int32)
-    if plan.partition_index is not None:
-        column = batch.column(plan.partition_index)
-        if column.null_count < n:
-            given = column.to_numpy(zero_copy_only=False)
-            valid = ~np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-            chosen = np.where(valid, np.nan_to_num(given, nan=0), 0).astype(np.int64)
-            bad = np.flatnonzero(valid & ((chosen < 0) | (chosen >= partitions)))
-            if bad.size:
-                row, p = int(bad[0]), int(chosen[bad[0]])
-                if p < 0:
-                    raise WriteOptionError(
-                        f"column 'partition': row {row_base + row} has partition {p}; "
-                        "partitions are >= 0 (or null for the partitioner)"
-                    )
-                raise DeliveryError(
-                    f"cannot produce row {row_base + row} (topic '{plan.topic}'): partition "
-                    f"{p} does not exist (the topic has {partitions})"
-                )
-            placed = np.where(valid, chosen, placed).astype(np.int32)
-    return placed
-
-
-def write_record_batches(
-    plan: WritePlan, settings: BatchSettings, batches: Iterator[pa.RecordBatch]
-) -> MillraceWriteCommitMessage:
-    """Produce every row of ``batches`` as whole record batches (at-least-once) and wait
-    until each is acknowledged: the body of ``write`` when :func:`batch_settings` allows.
-
-    Each Arrow batch's rows are placed (:func:`_placement`), grouped by partition in their
-    order, encoded a partition at a time into v2 record batches of up to ``batch.size`` bytes
-    (``record_encoder``, in C) and appended to the task's :class:`BatchProducer`, which keeps
-    each partition's batches in order and in flight one at a time. Raises
-    :class:`WriteOptionError` for a bad row and :class:`DeliveryError` when a batch is refused
-    or not acknowledged in time (Spark retries the task: at-least-once).
-    """
-    import numpy as np
-
-    assert plan.topic is not None
-    topic = plan.topic
-    producer: BatchProducer | None = None
-    partitions = sticky = 0
-    taken = 0  # rows taken from the batches so far
-    try:
-        for batch in batches:
-            n = batch.num_rows
-            if n == 0:
-                continue
-            row_base = taken
-            taken += n
-            if producer is None:
-                producer = BatchProducer(
-                    plan.bootstrap_servers,
-                    acks=settings.acks,
-                    idempotent=settings.idempotent,
-                    request_timeout_ms=settings.request_timeout_ms,
-                    delivery_timeout_ms=settings.delivery_timeout_ms,
-                    retry_backoff_ms=settings.retry_backoff_ms,
-                    buffer_bytes=settings.buffer_bytes,
-                    client_id=settings.client_id,
-                )
-                partitions = producer.num_partitions(topic)
-                sticky = random.randrange(partitions)
-            placed = _placement(plan, batch, row_base, partitions, sticky)
-            sticky = (sticky + 1) % partitions  # keyless rows: the next batch, the next one
-            values = column_spec(batch.column(plan.value_index))
-            keys = column_spec(batch.column(plan.key_index)) if plan.key_index is not None else None
-            first = int(placed[0])
-            if bool((placed == first).all()):
-                groups = [(first, 0, n)]
-                rows = None
-            else:
-                order = np.argsort(placed, kind="stable")
-                counts = np.bincount(placed, minlength=partitions)
-                ends = np.cumsum(counts)
-                groups = [
-                    (p, int(ends[p] - counts[p]), int(ends[p]))
-                    for p in range(partitions)
-                    if counts[p]
-                ]
-                rows = order.astype("<i8").tobytes()
-            for p, begin, stop in groups:
-                at = begin
-                while at < stop:
-                    records, count = encode_records(
-                        keys, values, rows, at, stop, settings.batch_bytes
-                    )
-                    data = build_batch(
-                        records,
-                        count,
-                        producer_id=producer.producer_id,
-                        producer_epoch=producer.producer_epoch,
-                        base_sequence=producer.next_sequence(topic, p),
-                        codec=settings.codec,
-                    )
-                    producer.append(topic, p, data, count)
-                    at += count
-        if producer is None:
-            return MillraceWriteCommitMessage(rows=0)
-        acked = producer.flush()
-        if acked != taken:
-            raise DeliveryError(f"only {acked} of {taken} rows were acknowledged")
-        return MillraceWriteCommitMessage(rows=taken)
-    except ProduceError as exc:
-        acked = producer.acked_records if producer is not None else 0
-        raise DeliveryError(
-            f"{taken - acked} of {taken} rows were not acknowledged by the cluster at "
-            f"{plan.bootstrap_servers}: {exc}"
-        ) from exc
-    finally:
-        if producer is not None:
-            producer.close()
 
 
 def _summarize(messages: list[Any]) -> tuple[int, int]:
