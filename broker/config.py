@@ -284,6 +284,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "how often idle transactional ids are expired",
         ),
         ConfigDef(
+            "transaction.two.phase.commit.enable",
+            _T.BOOLEAN,
+            True,
+            "InitProducerId may enable two-phase commit (KIP-939): the transaction then never "
+            "times out (Kafka's default is false; Millrace's exactly-once Spark sink needs it)",
+        ),
+        ConfigDef(
             "transaction.partition.verification.enable",
             _T.BOOLEAN,
             True,

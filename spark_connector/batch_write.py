@@ -1,7 +1,7 @@
 """The batch producer's write path of ``format("millrace")``: a task's Arrow batches placed
 on partitions, encoded into whole v2 record batches a partition at a time (in C, through
 :mod:`spark_connector.record_encoder`) and sent by its own
-:class:`~spark_connector.batch_producer.BatchProducer`, at-least-once.
+:class:`~spark_connector.kafka.producer.BatchProducer`, at-least-once.
 
 ``writer`` calls :func:`write_record_batches` when
 :func:`~spark_connector.write_plan.batch_settings` allows (see the ``writer`` module
@@ -15,7 +15,7 @@ import random
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from spark_connector.batch_producer import BatchProducer, ProduceError
+from spark_connector.kafka.producer import BatchProducer, ProduceError
 from spark_connector.record_encoder import build_batch, column_spec, encode_records, partition_keys
 from spark_connector.write_outcome import DeliveryError, MillraceWriteCommitMessage
 from spark_connector.write_plan import BatchSettings, WriteOptionError, WritePlan

@@ -31,7 +31,7 @@ format name:
   ``kafka.security.protocol`` other than ``PLAINTEXT`` or a ``kafka.sasl.*`` / ``kafka.ssl.*``
   option is set, then ``librdkafka``. ``direct``: the task fetches whole record batches from
   the partition's leader and decodes them straight into Arrow columns
-  (:mod:`spark_connector.fetcher`; plaintext connections, message format v2). ``librdkafka``:
+  (:mod:`spark_connector.kafka.fetcher`; plaintext connections, message format v2). ``librdkafka``:
   a confluent-kafka consumer per task (every security setting librdkafka has).
 
 Spark hands options over in a case-insensitive dict; names are matched case-insensitively.

@@ -8,7 +8,7 @@ and the pure :func:`~spark_connector.planner.plan_ranges` cuts them into
 :class:`MillraceInputPartition`\\ s (one Spark task each).
 
 Reading happens on executors in :func:`read_range`, with one of two fetchers (option
-``fetcher``). The default, *direct*: a :class:`~spark_connector.fetcher.PartitionFetcher`
+``fetcher``). The default, *direct*: a :class:`~spark_connector.kafka.fetcher.PartitionFetcher`
 asks the partition's leader for whole record batches (Fetch, pipelined one request ahead)
 and :mod:`~spark_connector.record_batches` decodes them straight into Arrow column buffers
 (a C extension built by ``make setup``, with a pure-Python reference of the same output);
@@ -254,7 +254,7 @@ def read_range(options: ReadOptions, r: OffsetRange, schema: pa.Schema) -> Itera
 def _read_direct(
     options: ReadOptions, r: OffsetRange, schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    """``read_range`` with :class:`~spark_connector.fetcher.PartitionFetcher`: whole record
+    """``read_range`` with :class:`~spark_connector.kafka.fetcher.PartitionFetcher`: whole record
     batches from the leader, decoded into Arrow columns by
     :mod:`~spark_connector.record_batches` (natively when built). The next Fetch is sent as
     soon as a response's batch headers are scanned, before its records are decoded.
@@ -264,7 +264,7 @@ def _read_direct(
     transactional batch of an active aborted producer is skipped, and that producer's ABORT
     marker deactivates it. Control batches are never returned. Offsets skipped (control
     batches, aborted or compacted records) still move the position to the batch's end."""
-    from spark_connector import fetcher as f
+    from spark_connector.kafka import fetcher as f
     from spark_connector.record_batches import (
         is_abort_marker,
         iter_batches,

@@ -1,5 +1,5 @@
 """Arrow columns encoded as Kafka v2 record batches, a whole batch at a time, for the Spark
-writer's :class:`~spark_connector.batch_producer.BatchProducer`.
+writer's :class:`~spark_connector.kafka.producer.BatchProducer`.
 
 Formats
 -------
@@ -59,6 +59,7 @@ HEADER_SIZE = 61
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _CRC_FROM = 21  # the CRC covers the batch from its attributes on
+_TRANSACTIONAL = 0x10  # attributes bit 4
 
 # librdkafka's compression.type names -> the codec id in a batch's attributes
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -256,9 +257,11 @@ def build_batch(
     base_sequence: int = -1,
     codec: int = 0,
     timestamp_ms: int | None = None,
+    transactional: bool = False,
 ) -> bytes:
     """A whole v2 record batch around an (uncompressed) records section of ``count``
-    records (see the module docstring)."""
+    records (see the module docstring); ``transactional`` sets the attributes' bit 4 (the
+    batch belongs to the producer's open transaction)."""
     ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
     compress = compressor(codec)
     body = compress(records) if compress is not None else records
@@ -269,7 +272,7 @@ def build_batch(
             -1,
             2,
             0,
-            codec,
+            codec | (_TRANSACTIONAL if transactional else 0),
             count - 1,
             ts,
             ts,

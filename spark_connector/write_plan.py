@@ -217,7 +217,7 @@ _CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 @dataclass(frozen=True, slots=True)
 class BatchSettings:
-    """How a task's :class:`~spark_connector.batch_producer.BatchProducer` is set up, from
+    """How a task's :class:`~spark_connector.kafka.producer.BatchProducer` is set up, from
     the ``kafka.*`` options (librdkafka's names and defaults). Picklable."""
 
     acks: int = -1

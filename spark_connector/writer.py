@@ -37,7 +37,7 @@ Two producers. Option ``producer`` (``auto``, the default; ``batch``; ``librdkaf
   option, no ``headers`` column and ``kafka.*`` options it knows
   (:func:`~spark_connector.write_plan.batch_settings`): each Arrow batch's rows are encoded
   in C into whole v2 record batches, a partition at a time, and sent by an idempotent
-  :class:`~spark_connector.batch_producer.BatchProducer`; no per-row Python call;
+  :class:`~spark_connector.kafka.producer.BatchProducer`; no per-row Python call;
 * **librdkafka's producer**, one ``produce()`` per row, for everything else (a ``topic`` or
   ``headers`` column, ``acks=0``, SASL or other librdkafka settings) and for exactly-once.
 
@@ -100,7 +100,7 @@ from spark_connector.exactly_once import (
     exactly_once_settings,
     task_transactions,
 )
-from spark_connector.txn_client import OpenTransaction, TxnClient
+from spark_connector.kafka.transactions import OpenTransaction, TxnClient
 from spark_connector.write_outcome import DeliveryError, MillraceWriteCommitMessage
 from spark_connector.write_plan import (
     PRODUCER_OPTION,

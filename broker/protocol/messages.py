@@ -104,6 +104,8 @@ if TYPE_CHECKING:
     from kio.schema.init_producer_id import v2 as init_producer_id_v2
     from kio.schema.init_producer_id import v3 as init_producer_id_v3
     from kio.schema.init_producer_id import v4 as init_producer_id_v4
+    from kio.schema.init_producer_id import v5 as init_producer_id_v5
+    from kio.schema.init_producer_id import v6 as init_producer_id_v6
     from kio.schema.join_group import v0 as join_group_v0
     from kio.schema.join_group import v1 as join_group_v1
     from kio.schema.join_group import v2 as join_group_v2
@@ -500,6 +502,8 @@ if TYPE_CHECKING:
         | init_producer_id_v2.InitProducerIdRequest
         | init_producer_id_v3.InitProducerIdRequest
         | init_producer_id_v4.InitProducerIdRequest
+        | init_producer_id_v5.InitProducerIdRequest
+        | init_producer_id_v6.InitProducerIdRequest
     )
     InitProducerIdResponse: TypeAlias = (
         init_producer_id_v0.InitProducerIdResponse
@@ -507,6 +511,8 @@ if TYPE_CHECKING:
         | init_producer_id_v2.InitProducerIdResponse
         | init_producer_id_v3.InitProducerIdResponse
         | init_producer_id_v4.InitProducerIdResponse
+        | init_producer_id_v5.InitProducerIdResponse
+        | init_producer_id_v6.InitProducerIdResponse
     )
     OffsetForLeaderEpochRequest: TypeAlias = (
         offset_for_leader_epoch_v2.OffsetForLeaderEpochRequest

@@ -52,7 +52,7 @@ SUPPORTED_APIS: dict[ApiKey, tuple[str, int, int]] = {
     ApiKey.CREATE_TOPICS: ("CreateTopics", 2, 7),
     ApiKey.DELETE_TOPICS: ("DeleteTopics", 1, 6),
     ApiKey.DELETE_RECORDS: ("DeleteRecords", 0, 2),
-    ApiKey.INIT_PRODUCER_ID: ("InitProducerId", 0, 4),
+    ApiKey.INIT_PRODUCER_ID: ("InitProducerId", 0, 6),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: ("OffsetForLeaderEpoch", 2, 4),
     ApiKey.ADD_PARTITIONS_TO_TXN: ("AddPartitionsToTxn", 0, 4),
     ApiKey.ADD_OFFSETS_TO_TXN: ("AddOffsetsToTxn", 0, 4),

@@ -346,7 +346,7 @@ def test_leader_killed_mid_write_no_loss_no_duplicates(
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             result["error"] = exc
 
-    caplog.set_level(logging.INFO, logger="spark_connector.batch_producer")
+    caplog.set_level(logging.INFO, logger="spark_connector.kafka.producer")
     writer = threading.Thread(target=run, name="write-task", daemon=True)
     writer.start()
     try:
@@ -365,7 +365,7 @@ def test_leader_killed_mid_write_no_loss_no_duplicates(
     retried = [
         r.getMessage()
         for r in caplog.records
-        if r.name == "spark_connector.batch_producer"
+        if r.name == "spark_connector.kafka.producer"
         and any(w in r.getMessage() for w in ("failed", "lost", "retrying", "did not answer"))
     ]
     assert any(f"from broker {victim} lost" in m for m in retried), (

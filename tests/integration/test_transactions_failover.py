@@ -258,7 +258,7 @@ def test_listing_open_transactions_skips_a_dead_broker(cluster: Any) -> None:
     (``TxnClient.list_ongoing``). A broker SIGKILLed just before drops out of the listing once
     the cluster stops listing it (its ZooKeeper session expires), instead of being retried until
     the client's timeout: that stalled a micro-batch's commit for 120 s."""
-    from spark_connector.txn_client import TxnClient
+    from spark_connector.kafka.transactions import TxnClient
 
     cluster.ensure_all_running()
     topic = cluster.create_topic("txn-list", 3, replication_factor=3)

@@ -32,7 +32,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.errors import PySparkException
 
 import spark_connector
-from spark_connector.txn_client import TxnClient
+from spark_connector.kafka.transactions import TxnClient
 from tests.harness.kafka_tools import TOOLS, kafka_tool_runner, ok
 
 pytestmark = [

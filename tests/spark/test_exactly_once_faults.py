@@ -92,7 +92,7 @@ from typing import Any
 
 import pytest
 
-from spark_connector.txn_client import TxnClient, TxnError
+from spark_connector.kafka.transactions import TxnClient, TxnError
 from tests.harness.ports import free_port
 from tests.harness.processes import kill_pid, pid_alive
 

@@ -223,7 +223,7 @@ def python_workers(root_pid: int) -> list[int]:
 def _kill_once_mid_write(bootstrap: str) -> Callable[[int], None]:
     """A ``during`` callback: the first time a write task of the job holds an open
     transaction, SIGKILL the job's Python workers (Spark retries their tasks)."""
-    from spark_connector.txn_client import TxnClient
+    from spark_connector.kafka.transactions import TxnClient
 
     state = {"killed": False}
 

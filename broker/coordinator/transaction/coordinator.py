@@ -24,6 +24,11 @@ CompleteCommit / CompleteAbort is written (retried until it is, while this broke
 the coordinator) when every partition has its marker. Creating the topic, reading a partition
 back and appending to it are ``transaction_state_manager.py``'s.
 
+InitProducerId v6 carries KIP-939's two-phase commit: ``Enable2Pc`` gives the transaction the
+two-phase timeout (never aborted by the timer; refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+unless ``transaction.two.phase.commit.enable``), ``KeepPreparedTxn`` keeps an open transaction
+under a bumped epoch instead of aborting it (``state.py``).
+
 A timer aborts transactions open longer than their ``transaction.timeout.ms`` (every
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms``), fencing the producer's
 epoch first, and expires transactional ids idle for ``transactional.id.expiration.ms``
@@ -46,6 +51,9 @@ from broker.coordinator.message_codec import partition_for
 from broker.coordinator.transaction import persistence
 from broker.coordinator.transaction.markers import PendingMarkers, TransactionMarkerChannel
 from broker.coordinator.transaction.state import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TWO_PHASE_TIMEOUT_MS,
     TransactionMetadata,
     TransactionResult,
     TxnState,
@@ -73,13 +81,30 @@ if TYPE_CHECKING:
     from broker.metadata.cache import MetadataCache
     from broker.replication.replica_manager import ReplicaManager
 
-__all__ = ["TRANSACTION_STATE_TOPIC", "TransactionCoordinator", "TransactionDescription"]
+__all__ = [
+    "TRANSACTION_STATE_TOPIC",
+    "InitProducerResult",
+    "TransactionCoordinator",
+    "TransactionDescription",
+]
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 COMPLETE_RETRY_S = 0.1
 TIMER_INTERVAL_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerResult:
+    """InitProducerId's answer: the producer id and epoch, and (KIP-939, ``KeepPreparedTxn``)
+    the pair the kept transaction was written with (-1 when none was kept)."""
+
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    ongoing_producer_id: int = NO_PRODUCER_ID
+    ongoing_producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +146,7 @@ class TransactionCoordinator:
         self.num_partitions = int(config["transaction.state.log.num.partitions"])
         self.offsets_partitions = int(config["offsets.topic.num.partitions"])
         self.max_timeout_ms = int(config["transaction.max.timeout.ms"])
+        self.two_phase_enabled = bool(config["transaction.two.phase.commit.enable"])
         self.expiration_ms = int(config["transactional.id.expiration.ms"])
         self.abort_interval_ms = int(
             config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]
@@ -275,27 +301,51 @@ class TransactionCoordinator:
         expected: tuple[int, int] | None = None,
     ) -> tuple[ErrorCode, int, int]:
         """(error, producer id, epoch) for InitProducerId."""
+        result = await self.init_producer(transactional_id, timeout_ms, expected)
+        return result.error, result.producer_id, result.producer_epoch
+
+    async def init_producer(
+        self,
+        transactional_id: str | None,
+        timeout_ms: int,
+        expected: tuple[int, int] | None = None,
+        *,
+        enable_two_phase: bool = False,
+        keep_prepared: bool = False,
+    ) -> InitProducerResult:
+        """InitProducerId in every version: v6 adds ``Enable2Pc`` (the transaction gets the
+        two-phase timeout, never aborted by the timer) and ``KeepPreparedTxn`` (an Ongoing
+        transaction is kept, not aborted, and its pair returned), KIP-939."""
         if transactional_id is None:
+            if enable_two_phase or keep_prepared:
+                return InitProducerResult(ErrorCode.invalid_request)
             try:
-                return ErrorCode.none, await self.producer_ids.next_id(), 0
+                return InitProducerResult(ErrorCode.none, await self.producer_ids.next_id(), 0)
             except KafkaError as exc:
-                return exc.code, -1, -1
+                return InitProducerResult(exc.code)
         if not transactional_id:
-            return ErrorCode.invalid_request, -1, -1
-        if not 0 < timeout_ms <= self.max_timeout_ms:
-            return ErrorCode.invalid_transaction_timeout, -1, -1
+            return InitProducerResult(ErrorCode.invalid_request)
+        if keep_prepared and expected is not None:
+            # KIP-939: keepPreparedTxn is only for a producer's first InitProducerId
+            return InitProducerResult(ErrorCode.invalid_request)
+        if enable_two_phase:
+            if not self.two_phase_enabled:
+                return InitProducerResult(ErrorCode.transactional_id_authorization_failed)
+            timeout_ms = TWO_PHASE_TIMEOUT_MS
+        elif not 0 < timeout_ms <= self.max_timeout_ms:
+            return InitProducerResult(ErrorCode.invalid_transaction_timeout)
         error, state = self._partition_of(transactional_id)
         if state is None:
-            return error, -1, -1
+            return InitProducerResult(error)
         meta = state.transactions.get(transactional_id)
         if meta is None:
             try:
                 pid = await self.producer_ids.next_id()
             except KafkaError as exc:
-                return exc.code, -1, -1
+                return InitProducerResult(exc.code)
             error, state = self._partition_of(transactional_id)
             if state is None:
-                return error, -1, -1
+                return InitProducerResult(error)
             meta = state.transactions.setdefault(
                 transactional_id,
                 TransactionMetadata(
@@ -310,12 +360,19 @@ class TransactionCoordinator:
             try:
                 new_pid = await self.producer_ids.next_id()
             except KafkaError as exc:
-                return exc.code, -1, -1
+                return InitProducerResult(exc.code)
             if not self._current(state, meta):
-                return ErrorCode.not_coordinator, -1, -1
-        plan = plan_init_producer_id(meta, timeout_ms, expected, self.clock.time_ms(), new_pid)
+                return InitProducerResult(ErrorCode.not_coordinator)
+        plan = plan_init_producer_id(
+            meta,
+            timeout_ms,
+            expected,
+            self.clock.time_ms(),
+            new_pid,
+            keep_prepared=keep_prepared,
+        )
         if isinstance(plan, ErrorCode):
-            return plan, -1, -1
+            return InitProducerResult(plan)
         if plan.state is TxnState.PREPARE_EPOCH_FENCE:
             # abort the open transaction with the bumped epoch; the client retries
             code = await self._end_transaction(
@@ -326,21 +383,31 @@ class TransactionCoordinator:
                 TransactionResult.ABORT,
                 from_client=False,
             )
-            return (
-                (code if code is not ErrorCode.none else ErrorCode.concurrent_transactions),
-                -1,
-                -1,
+            return InitProducerResult(
+                code if code is not ErrorCode.none else ErrorCode.concurrent_transactions
             )
         code = await self._write(state, meta, plan)
         if code is not ErrorCode.none:
-            return code, -1, -1
+            return InitProducerResult(code)
         log.info(
-            "initialized transactional id %s with producer id %d epoch %d",
+            "initialized transactional id %s with producer id %d epoch %d%s",
             transactional_id,
             meta.producer_id,
             meta.producer_epoch,
+            (
+                f", keeping the transaction of producer {meta.ongoing_producer_id} epoch "
+                f"{meta.ongoing_producer_epoch}"
+                if plan.kept
+                else ""
+            ),
         )
-        return ErrorCode.none, meta.producer_id, meta.producer_epoch
+        return InitProducerResult(
+            ErrorCode.none,
+            meta.producer_id,
+            meta.producer_epoch,
+            meta.ongoing_producer_id if plan.kept else NO_PRODUCER_ID,
+            meta.ongoing_producer_epoch if plan.kept else NO_PRODUCER_EPOCH,
+        )
 
     # --- AddPartitionsToTxn / AddOffsetsToTxn ----------------------------------------------
 

@@ -54,6 +54,8 @@ def value_of(transit: TxnTransit) -> TransactionLogValue:
         partitions=transit.partitions,
         last_update_ms=transit.update_ms,
         start_ms=transit.start_ms,
+        ongoing_producer_id=transit.ongoing_producer_id,
+        ongoing_producer_epoch=transit.ongoing_producer_epoch,
     )
 
 
@@ -88,6 +90,8 @@ def metadata_from_value(transactional_id: str, value: TransactionLogValue) -> Tr
         partitions=value.partitions,
         start_ms=value.start_ms,
         update_ms=value.last_update_ms,
+        ongoing_producer_id=value.ongoing_producer_id,
+        ongoing_producer_epoch=value.ongoing_producer_epoch,
     )
 
 

@@ -28,6 +28,14 @@ functions, which hold the coordinator's decisions for each request.
 Only transaction version 0 is implemented (what ZooKeeper-mode Kafka 3.9 runs): the epoch
 is bumped by InitProducerId and by fencing, not by every EndTxn (KIP-890 part 2).
 
+Two-phase commit (KIP-939): a transaction whose timeout is :data:`TWO_PHASE_TIMEOUT_MS`
+(InitProducerId with ``Enable2Pc``) is never aborted by the coordinator's timer. InitProducerId
+with ``KeepPreparedTxn`` on an Ongoing transaction keeps it (Ongoing -> Ongoing, the epoch
+bumped so the producer that wrote it is fenced, the partitions and start time unchanged) and
+remembers the producer id and epoch the transaction was written with (the *ongoing* pair,
+which the response returns); the new epoch may then only end it. The ongoing pair is cleared
+when the transaction completes.
+
 Concurrency: a :class:`TransactionMetadata` is owned by the coordinator and used from the
 broker's event loop only.
 """
@@ -45,6 +53,7 @@ __all__ = [
     "MAX_PRODUCER_EPOCH",
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
+    "TWO_PHASE_TIMEOUT_MS",
     "IllegalTransitionError",
     "TransactionMetadata",
     "TransactionResult",
@@ -60,6 +69,7 @@ __all__ = [
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 MAX_PRODUCER_EPOCH = 32767  # Short.MaxValue
+TWO_PHASE_TIMEOUT_MS = 2**31 - 1  # Integer.MAX_VALUE: a KIP-939 transaction's timeout
 
 
 class TxnState(enum.Enum):
@@ -139,6 +149,9 @@ class IllegalTransitionError(Exception):
     """A transition the state machine forbids: a coordinator bug, not a client error."""
 
 
+_NO_ONGOING = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+
+
 def epoch_exhausted(epoch: int) -> bool:
     """Kafka keeps the last epoch of a producer id free so it can always fence it."""
     return epoch >= MAX_PRODUCER_EPOCH - 1
@@ -160,6 +173,10 @@ class TxnTransit:
     partitions: frozenset[TopicPartition]
     start_ms: int
     update_ms: int
+    ongoing_producer_id: int = NO_PRODUCER_ID
+    ongoing_producer_epoch: int = NO_PRODUCER_EPOCH
+    kept: bool = False
+    """An Ongoing -> Ongoing change by InitProducerId with ``KeepPreparedTxn`` (KIP-939)."""
 
 
 class TransactionMetadata:
@@ -171,6 +188,8 @@ class TransactionMetadata:
     __slots__ = (
         "failed_epoch_fence",
         "last_producer_epoch",
+        "ongoing_producer_epoch",
+        "ongoing_producer_id",
         "partitions",
         "pending",
         "previous_producer_id",
@@ -196,6 +215,8 @@ class TransactionMetadata:
         state: TxnState = TxnState.EMPTY,
         partitions: Iterable[TopicPartition] = (),
         start_ms: int = -1,
+        ongoing_producer_id: int = NO_PRODUCER_ID,
+        ongoing_producer_epoch: int = NO_PRODUCER_EPOCH,
     ) -> None:
         self.transactional_id = transactional_id
         self.producer_id = producer_id
@@ -210,6 +231,9 @@ class TransactionMetadata:
         self.pending: TxnState | None = None
         # a fence whose bumped epoch may not have reached the log: do not bump again
         self.failed_epoch_fence = False
+        # KIP-939: the producer id and epoch a kept transaction was written with
+        self.ongoing_producer_id = ongoing_producer_id
+        self.ongoing_producer_epoch = ongoing_producer_epoch
 
     def __repr__(self) -> str:
         return (
@@ -229,10 +253,17 @@ class TransactionMetadata:
     def has_pending_transaction(self) -> bool:
         return self.state in (TxnState.ONGOING, TxnState.PREPARE_ABORT, TxnState.PREPARE_COMMIT)
 
+    @property
+    def two_phase(self) -> bool:
+        """A KIP-939 transaction: never aborted by the timeout."""
+        return self.timeout_ms == TWO_PHASE_TIMEOUT_MS
+
     def timed_out(self, now_ms: int) -> bool:
-        """An Ongoing transaction open longer than its timeout (and not being changed)."""
+        """An Ongoing transaction open longer than its timeout (and not being changed);
+        never a two-phase-commit one."""
         return (
-            self.pending is None
+            not self.two_phase
+            and self.pending is None
             and self.state is TxnState.ONGOING
             and self.start_ms + self.timeout_ms < now_ms
         )
@@ -258,6 +289,8 @@ class TransactionMetadata:
         partitions: Iterable[TopicPartition] | None = None,
         start_ms: int | None = None,
         update_ms: int,
+        ongoing: tuple[int, int] | None = None,
+        kept: bool = False,
     ) -> TxnTransit:
         if self.pending is not None:
             raise IllegalTransitionError(
@@ -281,6 +314,9 @@ class TransactionMetadata:
             partitions=frozenset(self.partitions if partitions is None else partitions),
             start_ms=self.start_ms if start_ms is None else start_ms,
             update_ms=update_ms,
+            ongoing_producer_id=(self.ongoing_producer_id if ongoing is None else ongoing[0]),
+            ongoing_producer_epoch=(self.ongoing_producer_epoch if ongoing is None else ongoing[1]),
+            kept=kept,
         )
         if transit.producer_id < 0:
             raise IllegalTransitionError(f"illegal producer id {transit.producer_id}")
@@ -327,6 +363,7 @@ class TransactionMetadata:
             partitions=(),
             start_ms=-1,
             update_ms=now_ms,
+            ongoing=_NO_ONGOING,
         )
 
     def prepare_producer_id_rotation(
@@ -344,6 +381,32 @@ class TransactionMetadata:
             partitions=(),
             start_ms=-1,
             update_ms=now_ms,
+            ongoing=_NO_ONGOING,
+        )
+
+    def prepare_keep_prepared(self, timeout_ms: int, now_ms: int) -> TxnTransit:
+        """InitProducerId with ``KeepPreparedTxn`` on an Ongoing transaction (KIP-939): keep
+        it, bump the epoch (fencing the producer that wrote it), set the timeout (the two-phase
+        one with ``Enable2Pc``), and remember the pair it was written with."""
+        if self.state is not TxnState.ONGOING:
+            raise IllegalTransitionError(
+                f"{self.transactional_id}: keeping a transaction in state {self.state.display_name}"
+            )
+        if self.epoch_exhausted:
+            raise IllegalTransitionError(f"producer {self.producer_id} has no epochs left")
+        ongoing = (
+            (self.ongoing_producer_id, self.ongoing_producer_epoch)
+            if self.ongoing_producer_id != NO_PRODUCER_ID
+            else (self.producer_id, self.producer_epoch)
+        )
+        return self._prepare(
+            TxnState.ONGOING,
+            producer_epoch=self.producer_epoch + 1,
+            last_producer_epoch=NO_PRODUCER_EPOCH,
+            timeout_ms=timeout_ms,
+            update_ms=now_ms,
+            ongoing=ongoing,
+            kept=True,
         )
 
     def prepare_add_partitions(self, added: Iterable[TopicPartition], now_ms: int) -> TxnTransit:
@@ -375,6 +438,7 @@ class TransactionMetadata:
             last_producer_epoch=self.producer_epoch,
             partitions=(),
             update_ms=now_ms,
+            ongoing=_NO_ONGOING,
         )
 
     def prepare_dead(self) -> TxnTransit:
@@ -414,6 +478,18 @@ class TransactionMetadata:
             self.last_producer_epoch = transit.last_producer_epoch
             self.previous_producer_id = transit.previous_producer_id
             self.producer_id = transit.producer_id
+        elif state is TxnState.ONGOING and transit.kept:
+            if (
+                self.state is not TxnState.ONGOING
+                or transit.producer_id != self.producer_id
+                or transit.producer_epoch != self.producer_epoch + 1
+                or transit.partitions != self.partitions
+                or transit.start_ms != self.start_ms
+            ):
+                self._fail(transit)
+            self.producer_epoch = transit.producer_epoch
+            self.last_producer_epoch = transit.last_producer_epoch
+            self.timeout_ms = transit.timeout_ms
         elif state is TxnState.ONGOING:
             if (
                 not same_producer
@@ -438,6 +514,8 @@ class TransactionMetadata:
             self.partitions.clear()
         else:  # Dead or PrepareEpochFence are never completed
             self._fail(transit)
+        self.ongoing_producer_id = transit.ongoing_producer_id
+        self.ongoing_producer_epoch = transit.ongoing_producer_epoch
         self.update_ms = transit.update_ms
         self.pending = None
         self.state = state
@@ -476,6 +554,8 @@ def plan_init_producer_id(
     expected: tuple[int, int] | None,
     now_ms: int,
     new_producer_id: int | None = None,
+    *,
+    keep_prepared: bool = False,
 ) -> TxnTransit | ErrorCode:
     """InitProducerId for a transactional id (Kafka's prepareInitProducerIdTransit).
 
@@ -509,6 +589,10 @@ def plan_init_producer_id(
             timeout_ms, None if expected is None else expected[1], now_ms
         )
     if state is TxnState.ONGOING:
+        if keep_prepared:
+            if meta.epoch_exhausted:
+                return ErrorCode.invalid_txn_state
+            return meta.prepare_keep_prepared(timeout_ms, now_ms)
         return meta.prepare_fence_epoch(now_ms)
     raise IllegalTransitionError(
         f"{meta.transactional_id}: found in state {state.display_name}, which is never stored"

@@ -20,12 +20,17 @@ encoding (:mod:`broker.coordinator.message_codec`)::
         transaction_last_update_timestamp_ms int64
         transaction_start_timestamp_ms int64
         [v1 tagged fields: 0 previous_producer_id int64, 1 next_producer_id int64,
-                           2 client_transaction_version int16]
+                           2 client_transaction_version int16,
+                           19712 ongoing_producer_id int64, 19713 ongoing_producer_epoch int16]
 
 Kafka 3.9 writes key version 0 and value version 0 (``TransactionVersion.TV_0``: flexible
 values only once ``transaction.version`` 1 is finalised, which ZooKeeper-mode clusters never
 do), with a null partition array for the Empty state and one entry per topic otherwise.
-Both value versions are decoded, so logs written by Kafka 4 load. Decoding is strict (bytes
+Both value versions are decoded, so logs written by Kafka 4 load. Millrace writes version 1 only
+for a transaction kept by KIP-939's ``KeepPreparedTxn``: the pair it was written with goes into
+two tagged fields of Millrace's own (tags 19712 and 19713, far from Kafka's), which Kafka's
+generated readers skip as unknown tags; a two-phase transaction's timeout is Integer.MAX_VALUE,
+which Kafka's timer also never reaches. Decoding is strict (bytes
 left over, lengths that lie, unknown versions or state ids raise
 :class:`TransactionLogError`); a key of an unknown version raises
 :class:`UnknownTransactionKeyVersionError`, which a loader skips as Kafka does.
@@ -73,6 +78,9 @@ _NO_PRODUCER_ID = -1
 _TAG_PREVIOUS_PRODUCER_ID = 0
 _TAG_NEXT_PRODUCER_ID = 1
 _TAG_CLIENT_TRANSACTION_VERSION = 2
+_TAG_ONGOING_PRODUCER_ID = 19712  # Millrace's (KIP-939's kept transaction)
+_TAG_ONGOING_PRODUCER_EPOCH = 19713
+_NO_PRODUCER_EPOCH = -1
 
 
 class TransactionLogError(RecordFormatError):
@@ -103,6 +111,13 @@ class TransactionLogValue:
     previous_producer_id: int = _NO_PRODUCER_ID
     next_producer_id: int = _NO_PRODUCER_ID
     client_transaction_version: int = 0
+    ongoing_producer_id: int = _NO_PRODUCER_ID
+    ongoing_producer_epoch: int = _NO_PRODUCER_EPOCH
+
+    @property
+    def needs_tags(self) -> bool:
+        """Whether only the flexible version (1) can hold this value."""
+        return self.ongoing_producer_id != _NO_PRODUCER_ID
 
 
 def encode_key(transactional_id: str) -> bytes:
@@ -123,9 +138,11 @@ def decode_key(data: bytes | bytearray | memoryview) -> str:
     return transactional_id
 
 
-def encode_value(value: TransactionLogValue, version: int = VALUE_VERSION) -> bytes:
-    """``TransactionLogValue`` bytes (version 0 as Kafka 3.9 writes; 1 for tests of the
-    flexible form)."""
+def encode_value(value: TransactionLogValue, version: int | None = None) -> bytes:
+    """``TransactionLogValue`` bytes: version 0 as Kafka 3.9 writes, unless the value needs
+    tagged fields (a kept transaction) or ``version`` says 1."""
+    if version is None:
+        version = 1 if value.needs_tags else VALUE_VERSION
     if version not in (0, 1):
         raise TransactionLogError(f"cannot write TransactionLogValue version {version}")
     if value.state is TxnState.EMPTY and value.partitions:
@@ -174,6 +191,19 @@ def encode_value(value: TransactionLogValue, version: int = VALUE_VERSION) -> by
                     value.client_transaction_version.to_bytes(2, "big", signed=True),
                 )
             )
+        if value.ongoing_producer_id != _NO_PRODUCER_ID:
+            tags.append(
+                (
+                    _TAG_ONGOING_PRODUCER_ID,
+                    value.ongoing_producer_id.to_bytes(8, "big", signed=True),
+                )
+            )
+            tags.append(
+                (
+                    _TAG_ONGOING_PRODUCER_EPOCH,
+                    value.ongoing_producer_epoch.to_bytes(2, "big", signed=True),
+                )
+            )
         w.uvarint(len(tags))
         for tag, raw in tags:
             w.uvarint(tag)
@@ -208,7 +238,8 @@ def decode_value(data: bytes | bytearray | memoryview | None) -> TransactionLogV
         r.tagged_fields()
     last_update_ms = r.int64("transaction_last_update_timestamp_ms")
     start_ms = r.int64("transaction_start_timestamp_ms")
-    previous = nxt = _NO_PRODUCER_ID
+    previous = nxt = ongoing_id = _NO_PRODUCER_ID
+    ongoing_epoch = _NO_PRODUCER_EPOCH
     client_version = 0
     if r.flexible:
         for _ in range(r.uvarint("tagged field count")):
@@ -222,6 +253,10 @@ def decode_value(data: bytes | bytearray | memoryview | None) -> TransactionLogV
                     nxt = field
             elif tag == _TAG_CLIENT_TRANSACTION_VERSION and size == 2:
                 client_version = r.int16("client_transaction_version")
+            elif tag == _TAG_ONGOING_PRODUCER_ID and size == 8:
+                ongoing_id = r.int64("ongoing_producer_id")
+            elif tag == _TAG_ONGOING_PRODUCER_EPOCH and size == 2:
+                ongoing_epoch = r.int16("ongoing_producer_epoch")
             else:
                 r.raw(size, "tagged field")
     r.finish()
@@ -238,4 +273,6 @@ def decode_value(data: bytes | bytearray | memoryview | None) -> TransactionLogV
         previous_producer_id=previous,
         next_producer_id=nxt,
         client_transaction_version=client_version,
+        ongoing_producer_id=ongoing_id,
+        ongoing_producer_epoch=ongoing_epoch,
     )

@@ -424,3 +424,121 @@ def test_persistence_round_trip() -> None:
     loaded = persistence.LoadedTransactions()
     persistence.apply_records(loaded, [blob])
     assert loaded.values == {} and loaded.records == 2
+
+
+# --- KIP-939: two-phase commit ------------------------------------------------------------------
+
+
+def test_keep_prepared_keeps_the_transaction_fences_its_writer_and_never_times_out(
+    setup: Setup,
+) -> None:
+    """InitProducerId v6 (Enable2Pc, KeepPreparedTxn) on an open transaction: it stays open
+    under a bumped epoch (the writer's epoch is fenced), the response names the pair it was
+    written with, the timer never aborts it, and the new epoch commits it with markers of the
+    new epoch."""
+    coordinator, rm, leaders, clock = setup
+
+    async def run() -> None:
+        coordinator.markers.start()
+        p = _own(coordinator, "t")
+        _code, pid, epoch = await coordinator.init_producer_id("t", 1000)
+        await coordinator.add_partitions("t", pid, epoch, [A0, A1])
+        kept = await coordinator.init_producer("t", 1000, enable_two_phase=True, keep_prepared=True)
+        assert kept.error is ErrorCode.none
+        assert (kept.producer_id, kept.producer_epoch) == (pid, epoch + 1)
+        assert (kept.ongoing_producer_id, kept.ongoing_producer_epoch) == (pid, epoch)
+        meta = coordinator._partitions[p].transactions["t"]
+        assert meta.state is TxnState.ONGOING and meta.partitions == {A0, A1}
+        assert meta.two_phase
+        # the writer is fenced; the transaction outlives any timeout
+        assert await coordinator.add_partitions("t", pid, epoch, [A0]) is ErrorCode.producer_fenced
+        clock.advance(30 * 86_400_000)
+        assert await coordinator.abort_timed_out_transactions() == 0
+        # a second take-over still names the pair the transaction was written with
+        again = await coordinator.init_producer("t", 0, enable_two_phase=True, keep_prepared=True)
+        assert (again.producer_epoch, again.ongoing_producer_epoch) == (epoch + 2, epoch)
+        # the old owner cannot end it; the new one commits it
+        assert await coordinator.end_txn("t", pid, epoch + 1, commit=True) is (
+            ErrorCode.producer_fenced
+        )
+        assert await coordinator.end_txn("t", pid, epoch + 2, commit=True) is ErrorCode.none
+        await _settle(lambda: meta.state is TxnState.COMPLETE_COMMIT, "CompleteCommit")
+        assert sorted(leaders.written()) == [(A0, True, epoch + 2), (A1, True, epoch + 2)]
+        assert (meta.ongoing_producer_id, meta.ongoing_producer_epoch) == (-1, -1)
+        # the kept pair was persisted: a new coordinator loading the log sees it
+        values = [persistence.metadata_from_value("t", v) for v in _values(rm, p)]
+        kept_states = [(m.state, m.ongoing_producer_epoch, m.two_phase) for m in values]
+        assert (TxnState.ONGOING, epoch, True) in kept_states
+        await coordinator.markers.close()
+
+    asyncio.run(run())
+
+
+def _values(rm: RecordingReplicaManager, p: int) -> list[Any]:
+    from broker.coordinator.transaction.transaction_log import decode_value
+
+    out = []
+    log = rm.partitions[TopicPartition(TRANSACTION_STATE_TOPIC, p)].log
+    for _base, blob in log.blobs:
+        for header in records.iter_batches(blob):
+            for rec in records.decode_records(blob, header):
+                value = decode_value(rec.value)
+                if value is not None:
+                    out.append(value)
+    return out
+
+
+def test_keep_prepared_on_a_settled_id_is_a_plain_bump_and_bad_combinations_are_refused(
+    setup: Setup,
+) -> None:
+    coordinator, *_ = setup
+
+    async def run() -> None:
+        _own(coordinator, "t")
+        _code, pid, epoch = await coordinator.init_producer_id("t", 60_000)
+        plain = await coordinator.init_producer("t", 60_000, keep_prepared=True)
+        assert (plain.error, plain.producer_epoch) == (ErrorCode.none, epoch + 1)
+        assert (plain.ongoing_producer_id, plain.ongoing_producer_epoch) == (-1, -1)
+        # keepPreparedTxn with an expected producer id and epoch: INVALID_REQUEST (KIP-939)
+        bad = await coordinator.init_producer("t", 60_000, (pid, epoch + 1), keep_prepared=True)
+        assert bad.error is ErrorCode.invalid_request
+        # no transactional id: neither flag makes sense
+        none = await coordinator.init_producer(None, 0, enable_two_phase=True)
+        assert none.error is ErrorCode.invalid_request
+        # two-phase commit switched off on the broker: refused as Kafka refuses it
+        coordinator.two_phase_enabled = False
+        off = await coordinator.init_producer("t", 60_000, enable_two_phase=True)
+        assert off.error is ErrorCode.transactional_id_authorization_failed
+        # without keepPreparedTxn an open two-phase transaction is aborted, as in Kafka
+        coordinator.two_phase_enabled = True
+        ok = await coordinator.init_producer("t", 60_000, enable_two_phase=True)
+        await coordinator.add_partitions("t", ok.producer_id, ok.producer_epoch, [A0])
+        fenced = await coordinator.init_producer("t", 60_000)
+        assert fenced.error is ErrorCode.concurrent_transactions
+
+    asyncio.run(run())
+
+
+def test_kept_pair_round_trips_through_the_log_format() -> None:
+    from broker.coordinator.transaction.transaction_log import (
+        TransactionLogValue,
+        decode_value,
+        encode_value,
+    )
+
+    value = TransactionLogValue(
+        producer_id=7,
+        producer_epoch=3,
+        timeout_ms=2**31 - 1,
+        state=TxnState.ONGOING,
+        partitions=frozenset({A0}),
+        last_update_ms=T0,
+        start_ms=T0,
+        ongoing_producer_id=7,
+        ongoing_producer_epoch=2,
+    )
+    raw = encode_value(value)
+    assert raw[:2] == b"\x00\x01"  # the flexible version carries the tagged fields
+    assert decode_value(raw) == value
+    plain = TransactionLogValue(7, 3, 60_000, TxnState.ONGOING, frozenset({A0}), T0, T0)
+    assert encode_value(plain)[:2] == b"\x00\x00"  # as Kafka 3.9 writes it

@@ -2,7 +2,8 @@
 
 A reading task (:func:`spark_connector.reader.read_range`) reads one offset range of one
 partition. :class:`PartitionFetcher` talks to that partition's leader directly with the
-Kafka protocol, so the task receives whole record batches (a Fetch response's ``records``
+Kafka protocol (leaders from the connector's wire-client core,
+:class:`~spark_connector.kafka.cluster.Cluster`), so the task receives whole record batches (a Fetch response's ``records``
 blob) and decodes them straight into Arrow columns
 (:mod:`spark_connector.record_batches`), instead of one client ``Message`` object per record.
 
@@ -33,7 +34,8 @@ import struct
 import time
 from dataclasses import dataclass
 
-from spark_connector.wire import Connection, parse_bootstrap
+from spark_connector.kafka.cluster import Cluster, Unreachable
+from spark_connector.kafka.connection import Connection
 
 __all__ = ["RETRIABLE", "FetchResult", "FetcherError", "PartitionFetcher"]
 
@@ -114,7 +116,7 @@ class PartitionFetcher:
         max_wait_ms: int = 100,
         partition_max_bytes: int = 8 << 20,
     ) -> None:
-        self._bootstrap = parse_bootstrap(bootstrap)
+        self._cluster = Cluster(bootstrap, client_id=client_id, request_timeout_s=timeout_s)
         self.topic = topic
         self.partition = partition
         self._isolation = 1 if read_committed else 0
@@ -129,6 +131,7 @@ class PartitionFetcher:
 
     def close(self) -> None:
         self._drop()
+        self._cluster.close()
 
     def __enter__(self) -> PartitionFetcher:
         return self
@@ -146,38 +149,16 @@ class PartitionFetcher:
         self._pending = None
 
     def _find_leader(self) -> tuple[str, int]:
-        from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
-        from kio.schema.types import TopicName
-
-        request = MetadataRequest(
-            topics=(MetadataRequestTopic(name=TopicName(self.topic)),),
-            allow_auto_topic_creation=False,
-            include_cluster_authorized_operations=False,
-            include_topic_authorized_operations=False,
-        )
-        last: Exception | None = None
-        for host, port in self._bootstrap:
-            try:
-                conn = Connection(host, port, self._timeout_s, self._client_id)
-            except OSError as exc:
-                last = exc
-                continue
-            try:
-                response = conn.request(request)
-            except (OSError, ConnectionError, struct.error) as exc:
-                last = exc
-                continue
-            finally:
-                conn.close()
-            brokers = {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}
-            for t in response.topics:
-                if t.name != self.topic:
-                    continue
-                for p in t.partitions:
-                    if int(p.partition_index) == self.partition and int(p.leader_id) in brokers:
-                        return brokers[int(p.leader_id)]
+        try:
+            self._cluster.refresh([self.topic])
+        except Unreachable as exc:
+            raise _Retriable(
+                f"no broker of {self._cluster.bootstrap_text} answered: {exc}", CONNECTION_ERROR
+            ) from exc
+        address = self._cluster.leader_address(self.topic, self.partition)
+        if address is None:
             raise _Retriable(f"{self.topic}[{self.partition}] has no leader", 5)
-        raise _Retriable(f"no broker of {self._bootstrap} answered: {last}", CONNECTION_ERROR)
+        return address
 
     def _connection(self) -> Connection:
         if self._conn is None:

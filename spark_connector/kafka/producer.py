@@ -1,13 +1,17 @@
-"""An idempotent Kafka producer of whole record batches: the Spark writer's fast path.
+"""An idempotent, optionally transactional, Kafka producer of whole record batches: the Spark
+writer's fast path, for at-least-once and for exactly-once writes.
 
 Theory of operation
 -------------------
 The writer encodes each Arrow batch's rows into v2 record batches, one per partition
 (:mod:`spark_connector.record_encoder`), and hands them to :meth:`BatchProducer.append`;
 :meth:`BatchProducer.flush` returns when every batch is acknowledged, or raises
-:class:`ProduceError`. It speaks the standard protocol, so it writes to Apache Kafka as to
-Millrace: Metadata v9 for the partitions' leaders, InitProducerId v1 (no transactional id)
-for an idempotent producer id, and Produce v7 with ``acks`` -1 or 1.
+:class:`ProduceError`. It speaks the standard protocol through the connector's wire-client
+core (:class:`~spark_connector.kafka.cluster.Cluster`), so it writes to Apache Kafka as to
+Millrace: Metadata v9 for the partitions' leaders, InitProducerId (v1 without a
+transactional id; v4 with one, from the transaction coordinator) for the producer id and
+epoch, AddPartitionsToTxn v3 before a transaction's first batch to a partition, and Produce
+v7 with ``acks`` -1 or 1.
 
 Ordering and retries follow the idempotent Java producer with one request in flight per
 partition: each partition's batches wait in a queue in the order they were appended, each
@@ -23,6 +27,17 @@ twice. Any other error, or a batch still unacknowledged ``delivery.timeout.ms`` 
 appended, fails the producer: :meth:`flush` raises, naming the partition and the error.
 Without idempotence (``acks=1`` or ``enable.idempotence=false``) a retry may write a batch
 twice, as in any Kafka producer: at-least-once.
+
+Transactions (``transactional_id``): the constructor finds the id's coordinator and calls
+InitProducerId, which bumps the id's epoch (fencing any older producer of the id and aborting
+its open transaction). The producer's :attr:`producer_id` and :attr:`producer_epoch` are the
+identity of its transaction: the exactly-once sink commits exactly that pair, never "whoever
+holds the id now". Before a partition's first batch is sent it joins the transaction
+(AddPartitionsToTxn, every partition waiting at that moment in one request). The producer
+never commits or aborts: the transaction stays open for the driver (see
+``docs/exactly-once.md``); INVALID_PRODUCER_EPOCH / PRODUCER_FENCED fail it for good.
+:meth:`written` tells, per partition, the offsets its batches got (first offset and the
+offset after the last record), which the sink records as the batch's output.
 
 Memory: :meth:`append` sends what it can without waiting, and waits for acknowledgements
 while more than ``buffer_bytes`` of batches are queued.
@@ -41,22 +56,26 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from spark_connector.wire import Connection, parse_bootstrap
+from spark_connector.kafka.cluster import TRANSACTION, Cluster
+from spark_connector.kafka.errors import (
+    FENCED,
+    LEADER_MOVED,
+    NONE,
+    KafkaRequestError,
+    Retriable,
+    error_name,
+)
 
-__all__ = ["BatchProducer", "ProduceError"]
+__all__ = ["BatchProducer", "ProduceError", "error_name"]
 
 log = logging.getLogger(__name__)
 
 PRODUCE, PRODUCE_VERSION = 0, 7
-NONE = 0
 DUPLICATE_SEQUENCE_NUMBER = 46
-_ALWAYS_RETRIABLE = frozenset({3, 5, 6, 7, 13, 19, 20, 56, 74, 75})
-"""UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
-NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS(_AFTER_APPEND), KAFKA_STORAGE_ERROR,
-FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH: the Java producer retries these."""
-_INIT_RETRIABLE = _ALWAYS_RETRIABLE | {14, 15, 16, 51}
+_INIT_RETRIABLE = LEADER_MOVED | {14, 15, 16, 51}
 """... and for InitProducerId: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
-NOT_COORDINATOR, CONCURRENT_TRANSACTIONS (a new Kafka broker answers these at first)."""
+NOT_COORDINATOR, CONCURRENT_TRANSACTIONS (a new Kafka broker answers these at first; an id
+whose transaction was open answers CONCURRENT_TRANSACTIONS while it is aborted)."""
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -64,19 +83,17 @@ _PARTITION_RESPONSE = struct.Struct(">ihqqq")  # index, error, base offset, appe
 
 
 class ProduceError(RuntimeError):
-    """A batch the cluster refused, or did not acknowledge in time."""
+    """A batch the cluster refused, or did not acknowledge in time; ``fenced`` when another
+    producer of the same transactional id took over."""
+
+    def __init__(self, message: str, *, fenced: bool = False) -> None:
+        super().__init__(message)
+        self.fenced = fenced
 
 
-def error_name(code: int) -> str:
-    from kio.schema.errors import ErrorCode
-
-    try:
-        return ErrorCode(code).name.upper()
-    except ValueError:
-        return f"error code {code}"
-
-
-def _string(value: str) -> bytes:
+def _string(value: str | None) -> bytes:
+    if value is None:
+        return _I16.pack(-1)
     raw = value.encode()
     return _I16.pack(len(raw)) + raw
 
@@ -99,6 +116,8 @@ class _Partition:
     leader: int = -1
     in_flight: bool = False
     retry_at: float = 0.0
+    first_offset: int = -1
+    end_offset: int = -1
 
 
 class BatchProducer:
@@ -110,6 +129,8 @@ class BatchProducer:
         *,
         acks: int = -1,
         idempotent: bool = True,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
         request_timeout_ms: int = 30_000,
         delivery_timeout_ms: int = 120_000,
         retry_backoff_ms: int = 100,
@@ -120,35 +141,37 @@ class BatchProducer:
             raise ValueError(f"acks must be -1 (all) or 1, not {acks}")
         if idempotent and acks != -1:
             raise ValueError("an idempotent producer needs acks=all")
-        self._bootstrap = parse_bootstrap(bootstrap)
+        if transactional_id is not None and not idempotent:
+            raise ValueError("a transactional producer is idempotent")
+        self._cluster = Cluster(
+            bootstrap, client_id=client_id, request_timeout_s=request_timeout_ms / 1000
+        )
         self._acks = acks
         self._idempotent = idempotent
+        self.transactional_id = transactional_id
+        self._transaction_timeout_ms = transaction_timeout_ms
         self._request_timeout_ms = request_timeout_ms
         self._delivery_timeout_s = delivery_timeout_ms / 1000
         self._backoff_s = retry_backoff_ms / 1000
         self._buffer_bytes = buffer_bytes
-        self._client_id = client_id
-        self._brokers: dict[int, tuple[str, int]] = {}
-        self._leaders: dict[tuple[str, int], int] = {}
-        self._counts: dict[str, int] = {}
-        self._connections: dict[int, Connection] = {}
         self._in_flight: dict[int, list[_Partition]] = {}  # broker -> partitions sent
         self._partitions: dict[tuple[str, int], _Partition] = {}
+        self._in_transaction: set[tuple[str, int]] = set()
         self._queued_bytes = 0
         self._stale = False
         self._failure: ProduceError | None = None
         self.acked_records = 0
         self.producer_id = -1
         self.producer_epoch = -1
-        if idempotent:
-            self._init_producer_id()
+        if transactional_id is not None:
+            self._init_transactional(transactional_id)
+        elif idempotent:
+            self._init_idempotent()
 
     # --- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
-        for conn in self._connections.values():
-            conn.close()
-        self._connections.clear()
+        self._cluster.close()
         self._in_flight.clear()
 
     def __enter__(self) -> BatchProducer:
@@ -157,73 +180,9 @@ class BatchProducer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- metadata --------------------------------------------------------------------------
+    # --- producer id -----------------------------------------------------------------------
 
-    def _any_broker(self, entity: object) -> object:
-        last: Exception | None = None
-        for host, port in [*self._brokers.values(), *self._bootstrap]:
-            try:
-                conn = Connection(host, port, self._request_timeout_ms / 1000, self._client_id)
-            except OSError as exc:
-                last = exc
-                continue
-            try:
-                return conn.request(entity)
-            except (OSError, ConnectionError, struct.error) as exc:
-                last = exc
-            finally:
-                conn.close()
-        raise ConnectionError(f"no broker of {self._bootstrap} answered: {last}")
-
-    def _refresh(self, topics: list[str]) -> None:
-        from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
-        from kio.schema.types import TopicName
-
-        response: object = self._any_broker(
-            MetadataRequest(
-                topics=tuple(MetadataRequestTopic(name=TopicName(t)) for t in topics),
-                allow_auto_topic_creation=True,  # as librdkafka's producer
-                include_cluster_authorized_operations=False,
-                include_topic_authorized_operations=False,
-            )
-        )
-        brokers = {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}  # type: ignore[attr-defined]
-        self._brokers = brokers
-        for t in response.topics:  # type: ignore[attr-defined]
-            if int(t.error_code) != NONE:
-                continue
-            self._counts[str(t.name)] = len(t.partitions)
-            for p in t.partitions:
-                leader = int(p.leader_id) if int(p.leader_id) in brokers else -1
-                self._leaders[(str(t.name), int(p.partition_index))] = leader
-        for (topic, index), part in self._partitions.items():
-            part.leader = self._leaders.get((topic, index), -1)
-        self._stale = False
-
-    def num_partitions(self, topic: str, timeout_s: float | None = None) -> int:
-        """How many partitions ``topic`` has (asking the cluster, which may create it)."""
-        deadline = time.monotonic() + (
-            self._request_timeout_ms / 1000 if timeout_s is None else timeout_s
-        )
-        delay = 0.05
-        while True:
-            try:
-                self._refresh([topic])
-            except ConnectionError as exc:
-                if time.monotonic() >= deadline:
-                    raise ProduceError(str(exc)) from exc
-            count = self._counts.get(topic, 0)
-            if count > 0:
-                return count
-            if time.monotonic() >= deadline:
-                raise ProduceError(
-                    f"topic '{topic}' is not known to the cluster at "
-                    f"{','.join(f'{h}:{p}' for h, p in self._bootstrap)}"
-                )
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-    def _init_producer_id(self) -> None:
+    def _init_idempotent(self) -> None:
         from kio.schema.init_producer_id.v1.request import InitProducerIdRequest
         from kio.static.primitive import i32Timedelta
 
@@ -231,26 +190,85 @@ class BatchProducer:
             transactional_id=None,
             transaction_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=60_000)),
         )
-        deadline = time.monotonic() + self._request_timeout_ms / 1000
-        delay = 0.05
-        while True:
-            try:
-                response: object = self._any_broker(request)
-            except ConnectionError as exc:
-                if time.monotonic() >= deadline:
-                    raise ProduceError(f"InitProducerId: {exc}") from exc
-            else:
-                code = int(response.error_code)  # type: ignore[attr-defined]
-                if code == NONE:
-                    self.producer_id = int(response.producer_id)  # type: ignore[attr-defined]
-                    self.producer_epoch = int(response.producer_epoch)  # type: ignore[attr-defined]
-                    return
-                if code not in _INIT_RETRIABLE or time.monotonic() >= deadline:
-                    raise ProduceError(f"InitProducerId: {error_name(code)}")
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
+
+        def attempt() -> None:
+            response = self._cluster.any_broker(request)
+            self._take_producer_id("InitProducerId", response)
+
+        self._call("InitProducerId", attempt)
+
+    def _init_transactional(self, transactional_id: str) -> None:
+        from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+        from kio.schema.types import TransactionalId
+        from kio.static.primitive import i32Timedelta
+
+        request = InitProducerIdRequest(
+            transactional_id=TransactionalId(transactional_id),
+            transaction_timeout=i32Timedelta.parse(
+                datetime.timedelta(milliseconds=self._transaction_timeout_ms)
+            ),
+        )
+        what = f"InitProducerId({transactional_id})"
+
+        def attempt() -> None:
+            response = self._cluster.coordinator_request(TRANSACTION, transactional_id, request)
+            code = int(response.error_code)
+            if code in (15, 16):  # the coordinator moved
+                self._cluster.forget_coordinator(TRANSACTION, transactional_id)
+            self._take_producer_id(what, response)
+
+        self._call(what, attempt)
+
+    def _take_producer_id(self, what: str, response: object) -> None:
+        code = int(response.error_code)  # type: ignore[attr-defined]
+        if code in _INIT_RETRIABLE:
+            raise Retriable(what, code)
+        if code != NONE:
+            raise ProduceError(f"{what}: {error_name(code)}", fenced=code in FENCED)
+        self.producer_id = int(response.producer_id)  # type: ignore[attr-defined]
+        self.producer_epoch = int(response.producer_epoch)  # type: ignore[attr-defined]
+
+    def _call(self, what: str, attempt: object) -> None:
+        try:
+            self._cluster.retrying(what, attempt)  # type: ignore[arg-type]
+        except KafkaRequestError as exc:
+            raise ProduceError(str(exc)) from exc
+
+    # --- metadata --------------------------------------------------------------------------
+
+    def _refresh(self, topics: list[str]) -> None:
+        self._cluster.refresh(topics, auto_create=True)  # as librdkafka's producer
+        for (topic, index), part in self._partitions.items():
+            part.leader = self._cluster.leader(topic, index)
+        self._stale = False
+
+    def num_partitions(self, topic: str, timeout_s: float | None = None) -> int:
+        """How many partitions ``topic`` has (asking the cluster, which may create it)."""
+        budget = self._request_timeout_ms / 1000 if timeout_s is None else timeout_s
+        what = f"Metadata({topic})"
+
+        def attempt() -> int:
+            self._refresh([topic])
+            count = self._cluster.partition_count(topic)
+            if count <= 0:
+                raise Retriable(what, 3)  # UNKNOWN_TOPIC_OR_PARTITION: maybe being created
+            return count
+
+        try:
+            return self._cluster.retrying(what, attempt, budget)
+        except KafkaRequestError as exc:
+            if exc.code == 3:
+                raise ProduceError(
+                    f"topic '{topic}' is not known to the cluster at "
+                    f"{self._cluster.bootstrap_text}"
+                ) from exc
+            raise ProduceError(str(exc)) from exc
 
     # --- appending -------------------------------------------------------------------------
+
+    @property
+    def transactional(self) -> bool:
+        return self.transactional_id is not None
 
     def next_sequence(self, topic: str, partition: int) -> int:
         """The base sequence the next batch appended to the partition must carry (-1 when
@@ -267,7 +285,7 @@ class BatchProducer:
         key = (topic, partition)
         part = self._partitions.get(key)
         if part is None:
-            part = _Partition(topic, partition, leader=self._leaders.get(key, -1))
+            part = _Partition(topic, partition, leader=self._cluster.leader(topic, partition))
             self._partitions[key] = part
         part.queue.append(_Batch(batch, records, time.monotonic() + self._delivery_timeout_s))
         if self._idempotent:
@@ -285,29 +303,80 @@ class BatchProducer:
         self._raise_failure()
         return self.acked_records
 
+    def written(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Per partition written to: (offset of its first acknowledged record, offset after
+        its last one), from the Produce responses."""
+        return {
+            key: (p.first_offset, p.end_offset)
+            for key, p in self._partitions.items()
+            if p.first_offset >= 0
+        }
+
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise self._failure
 
+    # --- transactions ----------------------------------------------------------------------
+
+    def _add_partitions(self, keys: list[tuple[str, int]]) -> None:
+        """AddPartitionsToTxn for ``keys`` (retried through coordinator moves)."""
+        from kio.schema.add_partitions_to_txn.v3.request import (
+            AddPartitionsToTxnRequest,
+            AddPartitionsToTxnTopic,
+        )
+        from kio.schema.types import ProducerId, TopicName, TransactionalId
+        from kio.static.primitive import i16, i32
+
+        txn_id = self.transactional_id
+        assert txn_id is not None
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in keys:
+            by_topic.setdefault(topic, []).append(index)
+        request = AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=TransactionalId(txn_id),
+            v3_and_below_producer_id=ProducerId(self.producer_id),
+            v3_and_below_producer_epoch=i16(self.producer_epoch),
+            v3_and_below_topics=tuple(
+                AddPartitionsToTxnTopic(
+                    name=TopicName(topic), partitions=tuple(i32(p) for p in sorted(parts))
+                )
+                for topic, parts in sorted(by_topic.items())
+            ),
+        )
+        what = f"AddPartitionsToTxn({txn_id})"
+
+        def attempt() -> None:
+            response = self._cluster.coordinator_request(TRANSACTION, txn_id, request)
+            worst = NONE
+            for topic in response.results_by_topic_v3_and_below:
+                for part in topic.results_by_partition:
+                    code = int(part.partition_error_code)
+                    if code not in (NONE, 55):  # 55: OPERATION_NOT_ATTEMPTED
+                        worst = code
+            if worst in FENCED:
+                raise ProduceError(
+                    f"{what}: {error_name(worst)}: another producer of {txn_id} took over",
+                    fenced=True,
+                )
+            self._cluster.check_coordinator_error(what, worst, TRANSACTION, txn_id)
+
+        try:
+            self._cluster.retrying(what, attempt, self._delivery_timeout_s)
+        except KafkaRequestError as exc:
+            self._fail(str(exc))
+        self._in_transaction.update(keys)
+
     # --- sending ---------------------------------------------------------------------------
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, *, fenced: bool = False) -> None:
         if self._failure is None:
-            self._failure = ProduceError(message)
+            self._failure = ProduceError(message, fenced=fenced)
         raise self._failure
 
-    def _connection(self, broker: int) -> Connection:
-        conn = self._connections.get(broker)
-        if conn is None:
-            host, port = self._brokers[broker]
-            conn = Connection(host, port, self._request_timeout_ms / 1000 + 5, self._client_id)
-            self._connections[broker] = conn
-        return conn
-
     def _drop(self, broker: int) -> None:
-        conn = self._connections.pop(broker, None)
-        if conn is not None:
-            conn.close()
+        address = self._cluster.broker_address(broker)
+        if address is not None:
+            self._cluster.drop(address)
         for part in self._in_flight.pop(broker, []):
             self._retry_later(part)
 
@@ -332,10 +401,19 @@ class BatchProducer:
                     f"(delivery.timeout.ms) and {head.attempts} attempts"
                     + (f"; last error {head.last_error}" if head.last_error else "")
                 )
-            if part.leader < 0 or part.leader not in self._brokers:
+            if part.leader < 0 or self._cluster.broker_address(part.leader) is None:
                 self._stale = True
                 continue
             out.setdefault(part.leader, []).append(part)
+        if self.transactional:
+            joining = [
+                (p.topic, p.index)
+                for parts in out.values()
+                for p in parts
+                if (p.topic, p.index) not in self._in_transaction
+            ]
+            if joining:
+                self._add_partitions(joining)
         return out
 
     def _send(self, broker: int, parts: list[_Partition]) -> None:
@@ -343,7 +421,7 @@ class BatchProducer:
         for part in parts:
             by_topic.setdefault(part.topic, []).append(part)
         chunks = [
-            _I16.pack(-1),  # transactional id: null
+            _string(self.transactional_id),
             _I16.pack(self._acks),
             _I32.pack(self._request_timeout_ms),
             _I32.pack(len(by_topic)),
@@ -355,8 +433,13 @@ class BatchProducer:
                 head = part.queue[0]
                 head.attempts += 1
                 chunks += (_I32.pack(part.index), _I32.pack(len(head.data)), head.data)
+        address = self._cluster.broker_address(broker)
         try:
-            self._connection(broker).send(PRODUCE, PRODUCE_VERSION, b"".join(chunks))
+            if address is None:
+                raise ConnectionError(f"broker {broker} is not known")
+            self._cluster.connection(address).send(
+                PRODUCE, PRODUCE_VERSION, b"".join(chunks)
+            )
         except (OSError, ConnectionError) as exc:
             log.info("millrace writer: produce to broker %d failed: %s", broker, exc)
             for part in parts:
@@ -369,8 +452,11 @@ class BatchProducer:
 
     def _receive(self, broker: int) -> None:
         parts = self._in_flight.pop(broker)
+        address = self._cluster.broker_address(broker)
         try:
-            frame = self._connections[broker].receive()
+            if address is None:
+                raise ConnectionError(f"broker {broker} is not known")
+            frame = self._cluster.connection(address).receive()
             results = self._parse(frame)
         except (OSError, ConnectionError, struct.error) as exc:
             log.info("millrace writer: produce response from broker %d lost: %s", broker, exc)
@@ -378,16 +464,22 @@ class BatchProducer:
             self._drop(broker)
             return
         refused: str | None = None
+        fenced = False
         for part in parts:
             part.in_flight = False
-            code = results.get((part.topic, part.index))
-            if code is None:
+            result = results.get((part.topic, part.index))
+            code = result[0] if result is not None else None
+            if result is None:
                 refused = refused or f"{part.topic}[{part.index}]: missing from the response"
             elif code in (NONE, DUPLICATE_SEQUENCE_NUMBER):
                 head = part.queue.popleft()
                 self._queued_bytes -= len(head.data)
                 self.acked_records += head.records
-            elif code in _ALWAYS_RETRIABLE:
+                if code == NONE and result[1] >= 0:
+                    if part.first_offset < 0:
+                        part.first_offset = result[1]
+                    part.end_offset = max(part.end_offset, result[1] + head.records)
+            elif code in LEADER_MOVED:
                 log.info(
                     "millrace writer: %s[%d]: %s, retrying",
                     part.topic,
@@ -396,20 +488,27 @@ class BatchProducer:
                 )
                 self._retry_later(part, error_name(code))
             else:
+                assert code is not None
+                fenced = fenced or code in FENCED
                 refused = refused or (
                     f"{part.topic}[{part.index}]: the broker refused a batch of "
                     f"{part.queue[0].records} records: {error_name(code)}"
+                    + (
+                        f" (another producer of {self.transactional_id} took over)"
+                        if code in FENCED and self.transactional
+                        else ""
+                    )
                 )
         if refused is not None:  # after counting the batches the same response acknowledged
-            self._fail(refused)
+            self._fail(refused, fenced=fenced)
 
     @staticmethod
-    def _parse(frame: bytearray) -> dict[tuple[str, int], int]:
-        """Produce v7 response -> {(topic, partition): error code}."""
+    def _parse(frame: bytearray) -> dict[tuple[str, int], tuple[int, int]]:
+        """Produce v7 response -> {(topic, partition): (error code, base offset)}."""
         pos = 4  # correlation id
         (topics,) = _I32.unpack_from(frame, pos)
         pos += 4
-        out: dict[tuple[str, int], int] = {}
+        out: dict[tuple[str, int], tuple[int, int]] = {}
         for _ in range(topics):
             (n,) = _I16.unpack_from(frame, pos)
             topic = bytes(frame[pos + 2 : pos + 2 + n]).decode()
@@ -417,9 +516,9 @@ class BatchProducer:
             (count,) = _I32.unpack_from(frame, pos)
             pos += 4
             for _ in range(count):
-                index, code, _base, _append, _start = _PARTITION_RESPONSE.unpack_from(frame, pos)
+                index, code, base, _append, _start = _PARTITION_RESPONSE.unpack_from(frame, pos)
                 pos += _PARTITION_RESPONSE.size
-                out[(topic, index)] = code
+                out[(topic, index)] = (code, base)
         return out
 
     def _pump(self, *, wait: bool) -> None:
@@ -442,9 +541,11 @@ class BatchProducer:
                 earliest = min(waiting, default=now)
                 time.sleep(earliest - now if earliest > now else self._backoff_s)
             return
-        socks = {
-            self._connections[b].fileno(): b for b in self._in_flight if b in self._connections
-        }
+        socks: dict[int, int] = {}
+        for b in self._in_flight:
+            address = self._cluster.broker_address(b)
+            if address is not None:
+                socks[self._cluster.connection(address).fileno()] = b
         timeout = self._request_timeout_ms / 1000 + 5 if wait else 0.0
         readable, _, _ = select.select(list(socks), [], [], timeout)
         if wait and not readable:

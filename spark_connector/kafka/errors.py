@@ -1,0 +1,69 @@
+"""Kafka error codes as the connector's clients see them: names, and which ones a request may
+retry. One place, so the producer, the transaction client and the fetcher agree.
+
+Names are Kafka's (``NOT_LEADER_OR_FOLLOWER``), from ``kio``'s ``ErrorCode`` (generated from
+Kafka's ``Errors``). Pure values; safe from any thread.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "COORDINATOR_MOVED",
+    "FENCED",
+    "LEADER_MOVED",
+    "NONE",
+    "RETRIABLE_COORDINATOR",
+    "KafkaRequestError",
+    "Retriable",
+    "error_name",
+]
+
+NONE = 0
+
+LEADER_MOVED = frozenset({3, 5, 6, 7, 13, 19, 20, 56, 74, 75})
+"""UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
+NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS(_AFTER_APPEND), KAFKA_STORAGE_ERROR,
+FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH: a partition request the Java clients retry after
+looking the leader up again."""
+
+COORDINATOR_MOVED = frozenset({15, 16})
+"""COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: look the coordinator up again."""
+
+RETRIABLE_COORDINATOR = COORDINATOR_MOVED | {14, 51, 7, 13, 19, 20, 3}
+"""... and COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS, REQUEST_TIMED_OUT,
+NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS(_AFTER_APPEND), UNKNOWN_TOPIC_OR_PARTITION (the
+internal topic being created): a coordinator request retried until its deadline."""
+
+FENCED = frozenset({47, 90})
+"""INVALID_PRODUCER_EPOCH, PRODUCER_FENCED: another instance of the producer took over."""
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of an error code (``NOT_COORDINATOR``), or ``error code N``."""
+    from kio.schema.errors import ErrorCode
+
+    try:
+        return ErrorCode(int(code)).name.upper()
+    except ValueError:
+        return f"error code {code}"
+
+
+class KafkaRequestError(RuntimeError):
+    """A request failed for good. ``code`` is Kafka's error code (0 when the failure was not
+    an error code: a connection that could not be made, a deadline that passed)."""
+
+    def __init__(self, message: str, code: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def code_name(self) -> str:
+        return error_name(self.code).lower() if self.code else ""
+
+
+class Retriable(Exception):
+    """A retriable Kafka error inside a retried attempt (see ``Cluster.retrying``)."""
+
+    def __init__(self, what: str, code: int) -> None:
+        super().__init__(f"{what}: {error_name(code)}")
+        self.code = code
