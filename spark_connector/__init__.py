@@ -2,8 +2,9 @@
 
 A PySpark (4.2) Python Data Source named ``millrace``. Options, schema and semantics follow
 Spark's built-in Kafka connector (spark-sql-kafka-0-10), so a job moves over by changing the
-format name. It speaks only the standard Kafka protocol (through confluent-kafka), so it
-reads and writes Apache Kafka as well as Millrace. It never imports the broker.
+format name. It speaks only the standard Kafka protocol (its own wire client,
+:mod:`spark_connector.kafka`, and confluent-kafka), so it reads and writes Apache Kafka as well
+as Millrace. It never imports the broker.
 
 The format is found without registration when this project is installed (Spark discovers the
 top-level module ``pyspark_millrace``); :func:`register` registers it explicitly.
@@ -38,7 +39,7 @@ Runnable example (a broker on 127.0.0.1:9092 with a topic ``events``)::
     q.awaitTermination()
 
 Exactly once (``docs/exactly-once.md``): ``deliveryGuarantee=exactly-once`` on a streaming
-write, and :func:`write_batch` inside ``foreachBatch``. Aggregates upserted into compacted
+write, and :func:`write_batch` inside ``foreachBatch`` (any number of sinks per batch). Aggregates upserted into compacted
 topics: :func:`upsert_to` (``foreachBatch`` in update mode) and :func:`as_upserts`
 (:mod:`spark_connector.upserts`).
 """
@@ -48,6 +49,7 @@ from __future__ import annotations
 from typing import Any
 
 from spark_connector.datasource import MillraceDataSource
+from spark_connector.exactly_once.foreach_batch import write_batch
 from spark_connector.upserts import as_upserts, upsert_batch, upsert_to
 
 __all__ = [
@@ -63,47 +65,3 @@ __all__ = [
 def register(spark: Any) -> None:
     """Register the ``millrace`` format with ``spark`` (a ``SparkSession``)."""
     spark.dataSource.register(MillraceDataSource)
-
-
-def write_batch(
-    df: Any,
-    batch_id: int,
-    *,
-    bootstrap_servers: str,
-    checkpoint_location: str,
-    topic: str | None = None,
-    commit_offsets_to_group: str | None = None,
-    options: dict[str, str] | None = None,
-) -> None:
-    """Write ``df`` to Kafka exactly once from a ``foreachBatch`` function.
-
-    ``batch_id`` is the one Spark passes to the function: a batch written before (a replay
-    after a failure) is skipped, as Delta's ``txnAppId``/``txnVersion`` skip one. All of
-    ``df`` becomes visible or none of it. ``checkpoint_location`` is the query's checkpoint
-    location: the sink keeps its log in ``<checkpoint_location>/millrace-sink`` and, with
-    ``commit_offsets_to_group``, commits the batch's source offsets (read from Spark's
-    ``<checkpoint_location>/offsets/<batch_id>``) to that consumer group in the output's
-    transaction. ``options`` are more sink options (``kafka.*`` producer settings)::
-
-        def upsert(batch_df, batch_id):
-            spark_connector.write_batch(
-                batch_df.selectExpr("key", "value"), batch_id,
-                bootstrap_servers=bs, topic="counts", checkpoint_location=ckpt,
-                commit_offsets_to_group="counter")
-
-        stream.writeStream.foreachBatch(upsert).option("checkpointLocation", ckpt).start()
-    """
-    writer = (
-        df.write.format("millrace")
-        .option("kafka.bootstrap.servers", bootstrap_servers)
-        .option("deliveryGuarantee", "exactly-once")
-        .option("batchId", str(batch_id))
-        .option("checkpointLocation", checkpoint_location)
-    )
-    if topic is not None:
-        writer = writer.option("topic", topic)
-    if commit_offsets_to_group is not None:
-        writer = writer.option("commitOffsetsToGroup", commit_offsets_to_group)
-    for key, value in (options or {}).items():
-        writer = writer.option(key, value)
-    writer.mode("append").save()

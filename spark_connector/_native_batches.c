@@ -6,11 +6,13 @@
  *   partition_keys(column, num_partitions) -> bytes
  *       one little-endian int32 per row: toPositive(murmur2(key)) % num_partitions (Kafka's
  *       default partitioner), -1 for a null key.
- *   encode_records(keys, values, rows, start, stop, max_bytes) -> (bytes, taken)
+ *   encode_records(keys, values, rows, start, stop, max_bytes[, headers]) -> (bytes, taken)
  *       the records section of a v2 batch holding rows[start], rows[start + 1], ... (all
- *       with timestampDelta 0, offsetDelta 0, 1, ..., no headers), stopping before `stop`
- *       or before the record that would take the section past max_bytes (the first record
- *       is always taken); `taken` is how many rows it holds.
+ *       with timestampDelta 0, offsetDelta 0, 1, ...), stopping before `stop` or before the
+ *       record that would take the section past max_bytes (the first record is always
+ *       taken); `taken` is how many rows it holds. `headers`, a column like the others, holds
+ *       each row's whole headers section already encoded (header count varint, then the
+ *       headers); a null or absent one is a header count of 0.
  *
  * A column is the tuple (offsets, data, validity, wide, first, length) of an Arrow
  * (large_)binary or (large_)string array: its offsets buffer (int32, or int64 when `wide`),
@@ -266,6 +268,7 @@ static int out_reserve(Out *o, size_t need)
 typedef struct {
     const Column *keys; /* NULL: every key null */
     const Column *values;
+    const Column *headers; /* NULL: no headers */
     const int64_t *rows; /* NULL: identity */
     Py_ssize_t rows_len, start, stop;
     int64_t max_bytes;
@@ -276,8 +279,8 @@ static int encode(const EncodeArgs *a, Out *o, Py_ssize_t *taken)
     Py_ssize_t k;
     for (k = a->start; k < a->stop; k++) {
         int64_t row = a->rows ? a->rows[k] : (int64_t)k;
-        const unsigned char *key = NULL, *value = NULL;
-        int64_t klen = -1, vlen = -1, body;
+        const unsigned char *key = NULL, *value = NULL, *hdrs = NULL;
+        int64_t klen = -1, vlen = -1, hlen = -1, body;
         int64_t delta = (int64_t)(k - a->start);
         size_t total;
         unsigned char *p;
@@ -286,10 +289,14 @@ static int encode(const EncodeArgs *a, Out *o, Py_ssize_t *taken)
             return rc;
         if ((rc = column_get(a->values, (Py_ssize_t)row, &value, &vlen)) != OK)
             return rc;
-        /* attributes, timestampDelta 0, offsetDelta, key, value, header count 0 */
+        if (a->headers != NULL &&
+            (rc = column_get(a->headers, (Py_ssize_t)row, &hdrs, &hlen)) != OK)
+            return rc;
+        /* attributes, timestampDelta 0, offsetDelta, key, value, headers (count 0 if none) */
         body = 1 + 1 + (int64_t)varint_size(zigzag(delta)) +
                (int64_t)varint_size(zigzag(klen)) + (klen > 0 ? klen : 0) +
-               (int64_t)varint_size(zigzag(vlen)) + (vlen > 0 ? vlen : 0) + 1;
+               (int64_t)varint_size(zigzag(vlen)) + (vlen > 0 ? vlen : 0) +
+               (hlen > 0 ? hlen : 1);
         if (body > INT32_MAX)
             return E_OVERFLOW;
         total = varint_size(zigzag(body)) + (size_t)body;
@@ -312,7 +319,12 @@ static int encode(const EncodeArgs *a, Out *o, Py_ssize_t *taken)
             memcpy(p, value, (size_t)vlen);
             p += vlen;
         }
-        *p++ = 0; /* headers */
+        if (hlen > 0) {
+            memcpy(p, hdrs, (size_t)hlen);
+            p += hlen;
+        } else {
+            *p++ = 0; /* header count 0 */
+        }
         o->len = (size_t)(p - o->data);
     }
     *taken = k - a->start;
@@ -321,8 +333,8 @@ static int encode(const EncodeArgs *a, Out *o, Py_ssize_t *taken)
 
 static PyObject *encode_records(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *keys_spec, *values_spec, *rows_obj, *result = NULL;
-    Column keys, values;
+    PyObject *keys_spec, *values_spec, *rows_obj, *headers_spec = Py_None, *result = NULL;
+    Column keys, values, headers;
     Py_buffer rows;
     int has_rows = 0, rc;
     EncodeArgs a;
@@ -331,12 +343,18 @@ static PyObject *encode_records(PyObject *Py_UNUSED(module), PyObject *args)
 
     memset(&a, 0, sizeof(a));
     memset(&keys, 0, sizeof(keys));
-    if (!PyArg_ParseTuple(args, "OOOnnL:encode_records", &keys_spec, &values_spec, &rows_obj,
-                          &a.start, &a.stop, &a.max_bytes))
+    memset(&headers, 0, sizeof(headers));
+    if (!PyArg_ParseTuple(args, "OOOnnL|O:encode_records", &keys_spec, &values_spec, &rows_obj,
+                          &a.start, &a.stop, &a.max_bytes, &headers_spec))
         return NULL;
     if (column_from(values_spec, &values) < 0)
         return NULL;
     if (keys_spec != Py_None && column_from(keys_spec, &keys) < 0) {
+        column_release(&values);
+        return NULL;
+    }
+    if (headers_spec != Py_None && column_from(headers_spec, &headers) < 0) {
+        column_release(&keys);
         column_release(&values);
         return NULL;
     }
@@ -355,6 +373,7 @@ static PyObject *encode_records(PyObject *Py_UNUSED(module), PyObject *args)
     }
     a.keys = keys_spec != Py_None ? &keys : NULL;
     a.values = &values;
+    a.headers = headers_spec != Py_None ? &headers : NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = encode(&a, &o, &taken);
     Py_END_ALLOW_THREADS
@@ -377,6 +396,7 @@ done:
         PyBuffer_Release(&rows);
     column_release(&keys);
     column_release(&values);
+    column_release(&headers);
     return result;
 }
 
@@ -387,7 +407,8 @@ static PyMethodDef module_methods[] = {
      "partition_keys(column, num_partitions)\n\nKafka's default partition of each key (int32 "
      "LE per row, -1 for null)."},
     {"encode_records", encode_records, METH_VARARGS,
-     "encode_records(keys, values, rows, start, stop, max_bytes)\n\nA v2 records section "
+     "encode_records(keys, values, rows, start, stop, max_bytes[, headers])\n\nA v2 records "
+     "section "
      "and the number of rows it holds."},
     {NULL, NULL, 0, NULL},
 };

@@ -10,5 +10,6 @@ def encode_records(
     start: int,
     stop: int,
     max_bytes: int,
+    headers: tuple[Any, ...] | None = None,
     /,
 ) -> tuple[bytes, int]: ...

@@ -1,7 +1,13 @@
 """The batch producer's write path of ``format("millrace")``: a task's Arrow batches placed
 on partitions, encoded into whole v2 record batches a partition at a time (in C, through
-:mod:`spark_connector.record_encoder`) and sent by its own
-:class:`~spark_connector.kafka.producer.BatchProducer`, at-least-once.
+:mod:`spark_connector.record_encoder`) and sent by the task's own
+:class:`~spark_connector.kafka.producer.BatchProducer`: at-least-once, or inside the task's
+open transaction for exactly-once (``spark_connector.exactly_once.task``).
+
+Rows name their topic with the ``topic`` option or a ``topic`` column (each Arrow batch is
+split by topic, keeping the rows' order), their partition with a ``partition`` column or the
+key (Kafka's default partitioner) or, keyless, a sticky partition chosen per Arrow batch;
+a ``headers`` column is encoded per row into the records.
 
 ``writer`` calls :func:`write_record_batches` when
 :func:`~spark_connector.write_plan.batch_settings` allows (see the ``writer`` module
@@ -13,21 +19,48 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spark_connector.kafka.producer import BatchProducer, ProduceError
-from spark_connector.record_encoder import build_batch, column_spec, encode_records, partition_keys
+from spark_connector.record_encoder import (
+    build_batch,
+    column_spec,
+    encode_headers,
+    encode_records,
+    partition_keys,
+)
 from spark_connector.write_outcome import DeliveryError, MillraceWriteCommitMessage
-from spark_connector.write_plan import BatchSettings, WriteOptionError, WritePlan
+from spark_connector.write_plan import TOPIC_OPTION, BatchSettings, WriteOptionError, WritePlan
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["write_record_batches"]
+__all__ = ["Transactional", "WriteResult", "write_record_batches", "write_rows"]
+
+
+@dataclass(frozen=True, slots=True)
+class Transactional:
+    """Write inside a transaction of ``transactional_id`` (left open for the driver)."""
+
+    transactional_id: str
+    timeout_ms: int
+
+
+@dataclass(slots=True)
+class WriteResult:
+    """What a task wrote: rows, and with a producer the pair it wrote with, per partition
+    the offsets its records got, and the partition count it saw per topic."""
+
+    rows: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    outputs: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 def _placement(
-    plan: WritePlan, batch: pa.RecordBatch, row_base: int, partitions: int, sticky: int
+    plan: WritePlan, batch: pa.RecordBatch, row_base: int, partitions: int, sticky: int, topic: str
 ) -> Any:
     """Each row's partition (a numpy int32 array): the ``partition`` column where set, else
     Kafka's default partitioner on the key, else ``sticky`` (keyless rows)."""
@@ -55,32 +88,117 @@ def _placement(
                         "partitions are >= 0 (or null for the partitioner)"
                     )
                 raise DeliveryError(
-                    f"cannot produce row {row_base + row} (topic '{plan.topic}'): partition "
+                    f"cannot produce row {row_base + row} (topic '{topic}'): partition "
                     f"{p} does not exist (the topic has {partitions})"
                 )
             placed = np.where(valid, chosen, placed).astype(np.int32)
     return placed
 
 
-def write_record_batches(
-    plan: WritePlan, settings: BatchSettings, batches: Iterator[pa.RecordBatch]
-) -> MillraceWriteCommitMessage:
-    """Produce every row of ``batches`` as whole record batches (at-least-once) and wait
-    until each is acknowledged: the body of ``write`` when :func:`batch_settings` allows.
+def _by_topic(
+    plan: WritePlan, batch: pa.RecordBatch, row_base: int
+) -> list[tuple[str, pa.RecordBatch, int]]:
+    """``batch`` split by topic: (topic, its rows in order, the first row's number)."""
+    if plan.topic is not None:
+        return [(plan.topic, batch, row_base)]
+    import pyarrow.compute as pc
 
-    Each Arrow batch's rows are placed (:func:`_placement`), grouped by partition in their
-    order, encoded a partition at a time into v2 record batches of up to ``batch.size`` bytes
-    (``record_encoder``, in C) and appended to the task's :class:`BatchProducer`, which keeps
-    each partition's batches in order and in flight one at a time. Raises
-    :class:`WriteOptionError` for a bad row and :class:`DeliveryError` when a batch is refused
-    or not acknowledged in time (Spark retries the task: at-least-once).
-    """
-    import numpy as np
+    assert plan.topic_index is not None
+    topics = batch.column(plan.topic_index)
+    empty = pc.or_(pc.is_null(topics), pc.equal(topics, ""))
+    if pc.any(empty).as_py():
+        row = int(pc.index(empty, True).as_py())
+        raise WriteOptionError(
+            f"row {row_base + row} has a null or empty 'topic' column and no "
+            f"'{TOPIC_OPTION}' option is set"
+        )
+    names = topics.unique().to_pylist()
+    if len(names) == 1:
+        return [(str(names[0]), batch, row_base)]
+    return [(str(t), batch.filter(pc.equal(topics, t)), row_base) for t in sorted(names)]
 
-    assert plan.topic is not None
-    topic = plan.topic
+
+class _Encoder:
+    """Places, encodes and appends one task's rows to its producer (one thread)."""
+
+    def __init__(self, plan: WritePlan, settings: BatchSettings, producer: BatchProducer) -> None:
+        self.plan = plan
+        self.settings = settings
+        self.producer = producer
+        self.counts: dict[str, int] = {}
+        self.sticky: dict[str, int] = {}
+
+    def partitions_of(self, topic: str) -> int:
+        count = self.counts.get(topic)
+        if count is None:
+            count = self.producer.num_partitions(topic)
+            self.counts[topic] = count
+            self.sticky[topic] = random.randrange(count)
+        return count
+
+    def add(self, topic: str, batch: pa.RecordBatch, row_base: int) -> None:
+        import numpy as np
+
+        plan, settings, producer = self.plan, self.settings, self.producer
+        n = batch.num_rows
+        partitions = self.partitions_of(topic)
+        sticky = self.sticky[topic]
+        placed = _placement(plan, batch, row_base, partitions, sticky, topic)
+        self.sticky[topic] = (sticky + 1) % partitions  # keyless: the next batch, the next one
+        values = column_spec(batch.column(plan.value_index))
+        keys = column_spec(batch.column(plan.key_index)) if plan.key_index is not None else None
+        headers = None
+        if plan.headers_index is not None:
+            try:
+                encoded = encode_headers(batch.column(plan.headers_index), row_base)
+            except ValueError as exc:
+                raise WriteOptionError(str(exc)) from exc
+            headers = column_spec(encoded)
+        first = int(placed[0])
+        if bool((placed == first).all()):
+            groups = [(first, 0, n)]
+            rows = None
+        else:
+            order = np.argsort(placed, kind="stable")
+            counts = np.bincount(placed, minlength=partitions)
+            ends = np.cumsum(counts)
+            groups = [
+                (p, int(ends[p] - counts[p]), int(ends[p])) for p in range(partitions) if counts[p]
+            ]
+            rows = order.astype("<i8").tobytes()
+        for p, begin, stop in groups:
+            at = begin
+            while at < stop:
+                records, count = encode_records(
+                    keys, values, rows, at, stop, settings.batch_bytes, headers
+                )
+                data = build_batch(
+                    records,
+                    count,
+                    producer_id=producer.producer_id,
+                    producer_epoch=producer.producer_epoch,
+                    base_sequence=producer.next_sequence(topic, p),
+                    codec=settings.codec,
+                    transactional=producer.transactional,
+                )
+                producer.append(topic, p, data, count)
+                at += count
+
+
+def write_rows(
+    plan: WritePlan,
+    settings: BatchSettings,
+    batches: Iterator[pa.RecordBatch],
+    transactional: Transactional | None = None,
+) -> WriteResult:
+    """Produce every row of ``batches`` as whole record batches and wait until each is
+    acknowledged; with ``transactional``, inside a transaction left open (the producer is
+    created at the first row, so a task without rows opens no transaction).
+
+    Raises :class:`WriteOptionError` for a bad row and :class:`DeliveryError` when a batch is
+    refused or not acknowledged in time (Spark retries the task)."""
     producer: BatchProducer | None = None
-    partitions = sticky = 0
+    encoder: _Encoder | None = None
     taken = 0  # rows taken from the batches so far
     try:
         for batch in batches:
@@ -89,59 +207,38 @@ def write_record_batches(
                 continue
             row_base = taken
             taken += n
-            if producer is None:
+            if encoder is None:
                 producer = BatchProducer(
                     plan.bootstrap_servers,
                     acks=settings.acks,
                     idempotent=settings.idempotent,
+                    transactional_id=(
+                        transactional.transactional_id if transactional is not None else None
+                    ),
+                    transaction_timeout_ms=(
+                        transactional.timeout_ms if transactional is not None else 60_000
+                    ),
                     request_timeout_ms=settings.request_timeout_ms,
                     delivery_timeout_ms=settings.delivery_timeout_ms,
                     retry_backoff_ms=settings.retry_backoff_ms,
                     buffer_bytes=settings.buffer_bytes,
                     client_id=settings.client_id,
                 )
-                partitions = producer.num_partitions(topic)
-                sticky = random.randrange(partitions)
-            placed = _placement(plan, batch, row_base, partitions, sticky)
-            sticky = (sticky + 1) % partitions  # keyless rows: the next batch, the next one
-            values = column_spec(batch.column(plan.value_index))
-            keys = column_spec(batch.column(plan.key_index)) if plan.key_index is not None else None
-            first = int(placed[0])
-            if bool((placed == first).all()):
-                groups = [(first, 0, n)]
-                rows = None
-            else:
-                order = np.argsort(placed, kind="stable")
-                counts = np.bincount(placed, minlength=partitions)
-                ends = np.cumsum(counts)
-                groups = [
-                    (p, int(ends[p] - counts[p]), int(ends[p]))
-                    for p in range(partitions)
-                    if counts[p]
-                ]
-                rows = order.astype("<i8").tobytes()
-            for p, begin, stop in groups:
-                at = begin
-                while at < stop:
-                    records, count = encode_records(
-                        keys, values, rows, at, stop, settings.batch_bytes
-                    )
-                    data = build_batch(
-                        records,
-                        count,
-                        producer_id=producer.producer_id,
-                        producer_epoch=producer.producer_epoch,
-                        base_sequence=producer.next_sequence(topic, p),
-                        codec=settings.codec,
-                    )
-                    producer.append(topic, p, data, count)
-                    at += count
-        if producer is None:
-            return MillraceWriteCommitMessage(rows=0)
+                encoder = _Encoder(plan, settings, producer)
+            for topic, rows, base in _by_topic(plan, batch, row_base):
+                encoder.add(topic, rows, base)
+        if producer is None or encoder is None:
+            return WriteResult(rows=0)
         acked = producer.flush()
         if acked != taken:
             raise DeliveryError(f"only {acked} of {taken} rows were acknowledged")
-        return MillraceWriteCommitMessage(rows=taken)
+        return WriteResult(
+            taken,
+            producer.producer_id,
+            producer.producer_epoch,
+            producer.written(),
+            dict(encoder.counts),
+        )
     except ProduceError as exc:
         acked = producer.acked_records if producer is not None else 0
         raise DeliveryError(
@@ -151,3 +248,11 @@ def write_record_batches(
     finally:
         if producer is not None:
             producer.close()
+
+
+def write_record_batches(
+    plan: WritePlan, settings: BatchSettings, batches: Iterator[pa.RecordBatch]
+) -> MillraceWriteCommitMessage:
+    """At-least-once: :func:`write_rows` without a transaction, as the task's commit
+    message."""
+    return MillraceWriteCommitMessage(rows=write_rows(plan, settings, batches).rows)

@@ -4,7 +4,7 @@ Spark instantiates it with the user's options (a case-insensitive dict) on the d
 :meth:`schema` when ``load()`` is called (read options are validated there, so a bad option
 fails at ``load()``), then :meth:`reader` / :meth:`streamReader` / :meth:`writer` /
 :meth:`streamWriter` when planning. The instance is pickled between Spark's Python workers:
-it holds only the options.
+it holds only the options and the name of the driver run it belongs to.
 
 Schema (Spark's Kafka source): ``key binary, value binary, topic string, partition int,
 offset long, timestamp timestamp, timestampType int`` and, with ``includeHeaders=true``,
@@ -22,6 +22,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from spark_connector.exactly_once.settings import RUN_OPTION
+from spark_connector.exactly_once.sink_log import new_run_name
 from spark_connector.options import bool_option, lower_keys, parse_read_options, validate_common
 
 KAFKA_SCHEMA_DDL = (
@@ -43,6 +45,13 @@ class MillraceDataSource(DataSource):
             .option("subscribe", "events")
             .load()
     """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        # The driver run this instance belongs to (the exactly-once sink's zombie-driver
+        # fence): Spark creates the instance that commits a streaming query's batches once per
+        # run; write_batch passes its driver process's run as an option.
+        self.run = str(lower_keys(options).get(RUN_OPTION) or new_run_name())
 
     @classmethod
     def name(cls) -> str:
@@ -71,12 +80,12 @@ class MillraceDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from spark_connector.writer import MillraceBatchWriter
 
-        return MillraceBatchWriter(self.options, schema)
+        return MillraceBatchWriter(self.options, schema, self.run)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from spark_connector.writer import MillraceStreamWriter
 
-        return MillraceStreamWriter(self.options, schema)
+        return MillraceStreamWriter(self.options, schema, self.run)
 
 
 def _is_write_like(opts: dict[str, str]) -> bool:

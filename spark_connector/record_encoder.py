@@ -13,7 +13,11 @@ section, compressed as a whole when ``attributes & 7`` names a codec (1 gzip, 2 
 
 Each record here is ``length varint | attributes int8 (0) | timestampDelta varlong (0) |
 offsetDelta varint | keyLength varint (-1: null) | key | valueLength varint (-1: null, a
-tombstone) | value | headerCount varint (0)``, varints zig-zag encoded. Every record of a
+tombstone) | value | headerCount varint | headers``, varints zig-zag encoded, each header
+``keyLength varint | key (UTF-8) | valueLength varint (-1: null) | value``. A row's headers
+section is encoded once per row in Python (:func:`encode_headers`, from Spark's
+``array<struct<key string, value binary>>`` column) and copied into its record by the encoder;
+rows without headers get a count of 0. Every record of a
 batch carries the batch's timestamp (CreateTime), as the Java producer's records produced in
 the same millisecond do.
 
@@ -48,6 +52,7 @@ __all__ = [
     "build_batch",
     "column_spec",
     "compressor",
+    "encode_headers",
     "encode_records",
     "partition_keys",
 ]
@@ -143,6 +148,7 @@ def encode_records_py(
     start: int,
     stop: int,
     max_bytes: int,
+    headers: ColumnSpec | None = None,
 ) -> tuple[bytes, int]:
     """Reference of :func:`encode_records`."""
     if rows is not None:
@@ -157,6 +163,7 @@ def encode_records_py(
         row = order[k]
         key = _get(keys, row) if keys is not None else None
         value = _get(values, row)
+        hdrs = _get(headers, row) if headers is not None else None
         body = b"".join(
             (
                 b"\x00\x00",  # attributes, timestampDelta
@@ -165,7 +172,7 @@ def encode_records_py(
                 key or b"",
                 _zigzag_varint(-1 if value is None else len(value)),
                 value or b"",
-                b"\x00",  # headers
+                hdrs or b"\x00",  # the headers section (a count of 0 when none)
             )
         )
         record = _zigzag_varint(len(body)) + body
@@ -186,6 +193,37 @@ def partition_keys(keys: pa.Array, num_partitions: int) -> bytes:
     return partition_keys_py(spec, num_partitions)
 
 
+def encode_headers(headers: pa.Array, row_base: int = 0) -> pa.Array:
+    """Each row's headers section (header count varint, then each header), as a binary
+        array; null where a row has no headers. ``headers`` is Spark's ``array<struct<key string,
+        value binary>>`` column; a header with a null key raises ``ValueError`` naming the row
+    (numbered from ``row_base``)."""
+    out: list[bytes | None] = []
+    for row, items in enumerate(headers.to_pylist()):
+        if not items:
+            out.append(None)
+            continue
+        parts = [_zigzag_varint(len(items))]
+        for item in items:
+            key = item.get("key") if item is not None else None
+            if key is None:
+                raise ValueError(
+                    f"column 'headers': row {row_base + row} has a header with a null key"
+                )
+            raw_key = key.encode() if isinstance(key, str) else bytes(key)
+            value = item.get("value")
+            parts.append(_zigzag_varint(len(raw_key)))
+            parts.append(raw_key)
+            if value is None:
+                parts.append(_zigzag_varint(-1))
+            else:
+                raw = bytes(value)
+                parts.append(_zigzag_varint(len(raw)))
+                parts.append(raw)
+        out.append(b"".join(parts))
+    return pa.array(out, type=pa.binary())
+
+
 def encode_records(
     keys: ColumnSpec | None,
     values: ColumnSpec,
@@ -193,12 +231,19 @@ def encode_records(
     start: int,
     stop: int,
     max_bytes: int,
+    headers: ColumnSpec | None = None,
 ) -> tuple[bytes, int]:
     """The records section holding ``rows[start:stop]`` (row numbers as int64 little-endian;
     None: rows ``start`` to ``stop - 1``), cut short before the record that would take it past
-    ``max_bytes`` (the first record always goes in). Returns the bytes and the rows taken."""
+    ``max_bytes`` (the first record always goes in). ``headers`` is the column of
+    :func:`encode_headers` (None: no row has headers). Returns the bytes and the rows taken."""
     if NATIVE:
-        data, taken = _native_batches.encode_records(keys, values, rows, start, stop, max_bytes)
+        if headers is None:
+            data, taken = _native_batches.encode_records(keys, values, rows, start, stop, max_bytes)
+        else:
+            data, taken = _native_batches.encode_records(
+                keys, values, rows, start, stop, max_bytes, headers
+            )
         return data, taken
     global _warned
     if not _warned:
@@ -208,7 +253,7 @@ def encode_records(
             "format('millrace') writes encode records in Python, many times slower "
             "(pip install -e . with a C compiler builds it)"
         )
-    return encode_records_py(keys, values, rows, start, stop, max_bytes)
+    return encode_records_py(keys, values, rows, start, stop, max_bytes, headers)
 
 
 def _gzip(data: bytes) -> bytes:

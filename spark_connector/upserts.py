@@ -80,9 +80,9 @@ def as_upserts(df: Any, key_columns: Sequence[str], *, delete_when: str | None =
 
 
 def _state_path(checkpoint_location: str, batch_id: int) -> Path:
-    from spark_connector.exactly_once import SINK_LOG_DIR, _checkpoint_dir
+    from spark_connector.exactly_once.settings import SINK_LOG_DIR, checkpoint_dir
 
-    return _checkpoint_dir(checkpoint_location) / SINK_LOG_DIR / f"windows-{batch_id}.json"
+    return checkpoint_dir(checkpoint_location) / SINK_LOG_DIR / f"windows-{batch_id}.json"
 
 
 def _load_windows(checkpoint_location: str, batch_id: int) -> dict[str, float]:

@@ -254,20 +254,17 @@ def batch_settings(plan: WritePlan) -> BatchSettings | str:
     """The batch producer's settings for ``plan``, or why it cannot write it (the reason
     is a sentence; such writes go through librdkafka's per-row producer).
 
-    The batch producer writes the rows of an at-least-once write with a ``topic`` option and
-    no ``headers`` column, with the ``kafka.*`` options ``acks`` (all or 1),
-    ``enable.idempotence``, ``compression.type`` (none, gzip, snappy, lz4, zstd),
+    The batch producer writes every row (a ``topic`` option or column, any ``key``,
+    ``partition`` and ``headers`` columns) of a write with the ``kafka.*`` options ``acks``
+    (all or 1), ``enable.idempotence``, ``compression.type`` (none, gzip, snappy, lz4, zstd),
     ``batch.size``, ``request.timeout.ms``, ``delivery.timeout.ms`` (or
     ``message.timeout.ms``), ``retry.backoff.ms``, ``queue.buffering.max.kbytes`` (the bytes
     of batches a task may have unacknowledged), ``client.id`` and librdkafka's batching
-    options (which it has no use for: ``linger.ms``, ``batch.num.messages``, ...). Raises :class:`WriteOptionError` for a malformed value.
+    options (which it has no use for: ``linger.ms``, ``batch.num.messages``, ...). Raises
+    :class:`WriteOptionError` for a malformed value.
     """
     if plan.producer == "librdkafka":
         return f"option '{PRODUCER_OPTION}' is librdkafka"
-    if plan.topic is None:
-        return "the rows name their topics in a 'topic' column"
-    if plan.headers_index is not None:
-        return "the rows carry a 'headers' column"
     opts = dict(plan.producer_options)
     acks_raw = opts.pop("acks", opts.pop("request.required.acks", "all")).strip().lower()
     if acks_raw in ("all", "-1"):
@@ -303,6 +300,8 @@ def batch_settings(plan: WritePlan) -> BatchSettings | str:
             changes[attr] = _int_option(name, raw, low, high)
         elif name == "client.id":
             changes["client_id"] = raw
+        elif name == "transaction.timeout.ms":
+            continue  # the exactly-once sink's (spark_connector.exactly_once.settings)
         elif name not in _BATCHING_ONLY:
             return f"option 'kafka.{name}' is a librdkafka setting the batch producer lacks"
     if "buffer_bytes" in changes:

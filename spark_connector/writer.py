@@ -25,24 +25,29 @@ Placement: a row with a ``partition`` goes there; a keyed row without one goes t
 ``murmur2_random``; :mod:`spark_connector.partitioner` is the pure reference); a keyless
 row's partition is chosen by the client (sticky partitioning).
 
-Delivery is at-least-once, like Spark's Kafka sink: the producer defaults to ``acks=all``
-and ``enable.idempotence=true``, every row's acknowledgement is checked, and a task reports
-success only after every row has been acknowledged. Any failed delivery (or a row that
-cannot be produced) fails the task with a :class:`DeliveryError`; a Spark retry then
-re-sends the task's rows (duplicates, never loss).
+Delivery is at-least-once by default, like Spark's Kafka sink: the producer defaults to
+``acks=all`` and ``enable.idempotence=true``, every row's acknowledgement is checked, and a
+task reports success only after every row has been acknowledged. Any failed delivery (or a
+row that cannot be produced) fails the task with a :class:`DeliveryError`; a Spark retry
+then re-sends the task's rows (duplicates, never loss). ``deliveryGuarantee=exactly-once``
+writes each task's rows into a Kafka transaction the driver commits
+(``docs/exactly-once.md``, :mod:`spark_connector.exactly_once`).
 
 Two producers. Option ``producer`` (``auto``, the default; ``batch``; ``librdkafka``) picks:
 
-* the **batch producer** (:func:`write_record_batches`), for a write with a ``topic``
-  option, no ``headers`` column and ``kafka.*`` options it knows
-  (:func:`~spark_connector.write_plan.batch_settings`): each Arrow batch's rows are encoded
-  in C into whole v2 record batches, a partition at a time, and sent by an idempotent
+* the **batch producer** (:func:`~spark_connector.batch_write.write_rows`), for every write
+  whose ``kafka.*`` options it knows (:func:`~spark_connector.write_plan.batch_settings`):
+  each Arrow batch's rows are encoded in C into whole v2 record batches, a partition at a
+  time, and sent by an idempotent (for exactly-once, transactional)
   :class:`~spark_connector.kafka.producer.BatchProducer`; no per-row Python call;
-* **librdkafka's producer**, one ``produce()`` per row, for everything else (a ``topic`` or
-  ``headers`` column, ``acks=0``, SASL or other librdkafka settings) and for exactly-once.
+* **librdkafka's producer** (:mod:`spark_connector.row_write`), one ``produce()`` per row,
+  for at-least-once writes with ``acks=0`` or librdkafka settings the batch producer lacks
+  (SASL, TLS, ...), or on request.
 
 ``producer=batch`` makes a write the batch producer cannot do fail on the driver, naming
-why; ``producer=librdkafka`` always goes row by row. Both place rows the same way.
+why; ``producer=librdkafka`` always goes row by row (at-least-once only). Exactly-once writes
+always use the batch producer: a setting it cannot honour fails on the driver, naming it.
+Both producers place rows the same way.
 
 Validation happens as early as possible: column types, a missing ``value`` column, a missing
 ``kafka.bootstrap.servers`` and "no ``topic`` option and no ``topic`` column" are checked
@@ -53,8 +58,11 @@ rows is sent).
 
 Pickling and concurrency
 ------------------------
-A writer is created on the driver and pickled to the executors; it holds only the options
-and the schema-derived plan (plain values). The task's producer (a ``BatchProducer`` or a
+A writer is created on the driver and pickled to the executors; it holds only the options,
+the schema-derived plan and, for exactly-once, the sink's settings (plain values). Spark
+creates a streaming writer again, unpickled, in the Python process that commits a batch; an
+exactly-once writer plans its batch (:func:`~spark_connector.exactly_once.planning.plan_batch`)
+only when it is pickled for the tasks. The task's producer (a ``BatchProducer`` or a
 confluent-kafka ``Producer``) is created inside :meth:`write` on the executor, used by that
 task's thread only, and flushed before :meth:`write` returns; it is never pickled or
 shared. :meth:`commit` and :meth:`abort` run on the driver.
@@ -78,8 +86,7 @@ Example (batch and streaming)::
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
-from itertools import repeat
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -87,24 +94,22 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.types import (
-    StructType,
-)
+from pyspark.sql.types import StructType
 
 from spark_connector.batch_write import write_record_batches
-from spark_connector.exactly_once import (
-    Committer,
+from spark_connector.exactly_once.committer import Committer
+from spark_connector.exactly_once.planning import open_sink, plan_batch
+from spark_connector.exactly_once.settings import (
     ExactlyOnce,
     ExactlyOnceError,
-    TaskTransaction,
-    exactly_once_settings,
-    task_transactions,
+    parse_sink_options,
 )
-from spark_connector.kafka.transactions import OpenTransaction, TxnClient
-from spark_connector.write_outcome import DeliveryError, MillraceWriteCommitMessage
+from spark_connector.exactly_once.task import write_exactly_once
+from spark_connector.kafka.errors import KafkaRequestError
+from spark_connector.row_write import write_rows_librdkafka
+from spark_connector.write_outcome import DeliveryError, MillraceWriteCommitMessage, TaskTransaction
 from spark_connector.write_plan import (
     PRODUCER_OPTION,
-    TOPIC_OPTION,
     BatchSettings,
     WriteOptionError,
     WritePlan,
@@ -129,318 +134,29 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Poll the producer for delivery reports every this many rows.
-_POLL_EVERY_ROWS = 1000
-# How long one flush() call waits; flush is repeated until every report has arrived
-# (librdkafka bounds each message's life with message.timeout.ms / delivery.timeout.ms).
-_FLUSH_STEP_S = 5.0
-
-
-class _DeliveryTracker:
-    """Counts delivery reports of one task's producer. Called back from ``poll``/``flush``
-    on the task's own thread (confluent-kafka serves callbacks in the polling thread).
-
-    At-least-once producers ask librdkafka for failure reports only
-    (``delivery.report.only.error``, :attr:`only_errors`): a Python callback per
-    acknowledged row cost the write task about a fifth of its time. librdkafka reports every
-    message that fails, and ``flush()`` returns 0 only when no message is still waiting for
-    its acknowledgement or its failure, so after such a flush the rows acknowledged are the
-    rows produced minus those reported failed (:meth:`settle`)."""
-
-    __slots__ = ("acked", "errors", "failed", "only_errors")
-
-    def __init__(self, only_errors: bool = False) -> None:
-        self.acked = 0
-        self.failed = 0
-        self.errors: list[str] = []
-        self.only_errors = only_errors
-
-    def settle(self, produced: int) -> None:
-        """Called after ``flush()`` returned 0 for ``produced`` rows."""
-        if self.only_errors:
-            self.acked = produced - self.failed
-
-    def __call__(self, err: Any, msg: Any) -> None:
-        if err is None:
-            self.acked += 1
-            return
-        self.failed += 1
-        if len(self.errors) < 5:
-            self.errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
-
-
-class _TransactionalDeliveryTracker(_DeliveryTracker):
-    """Also remembers the partitions written, which the task's transaction must cover."""
-
-    __slots__ = ("partitions",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.partitions: set[tuple[str, int]] = set()
-
-    def __call__(self, err: Any, msg: Any) -> None:
-        if err is None:
-            self.acked += 1
-            self.partitions.add((msg.topic(), msg.partition()))
-            return
-        super().__call__(err, msg)
-
-
-def _headers(value: Any, row: int) -> list[tuple[str, bytes | None]] | None:
-    if not value:
-        return None
-    out: list[tuple[str, bytes | None]] = []
-    for h in value:
-        key = h.get("key") if h is not None else None
-        if key is None:
-            raise WriteOptionError(f"column 'headers': row {row} has a header with a null key")
-        out.append((key, h.get("value")))
-    return out
-
-
-def _new_producer(
-    plan: WritePlan, tracker: _DeliveryTracker, extra: Mapping[str, object] | None = None
-) -> Any:
-    from confluent_kafka import KafkaException, Producer
-
-    conf = producer_config(plan)
-    conf.update(extra or {})
-    conf["on_delivery"] = tracker
-    try:
-        return Producer(conf)
-    except (KafkaException, ValueError, TypeError) as exc:
-        raise WriteOptionError(
-            f"cannot create the producer from the 'kafka.*' options (passed to librdkafka "
-            f"without the 'kafka.' prefix): {exc}"
-        ) from exc
-
-
-def _produce_blocking(
-    producer: Any, topic: str, value: Any, key: Any, partition: int, headers: Any
-) -> None:
-    """``produce`` once the local queue has room (it raised ``BufferError``)."""
-    while True:
-        producer.poll(0.1)  # serve delivery reports, freeing queue space
-        try:
-            if headers is None:
-                producer.produce(topic, value, key, partition)
-            else:
-                producer.produce(topic, value, key, partition, headers=headers)
-            return
-        except BufferError:
-            continue
-
-
-def _row_topics(plan: WritePlan, batch: pa.RecordBatch, row_base: int) -> Iterable[str]:
-    if plan.topic is not None:
-        return repeat(plan.topic, batch.num_rows)
-    assert plan.topic_index is not None
-    topics: list[str | None] = batch.column(plan.topic_index).to_pylist()
-    for i, topic in enumerate(topics):
-        if not topic:
-            raise WriteOptionError(
-                f"row {row_base + i} has a null or empty 'topic' column and no "
-                f"'{TOPIC_OPTION}' option is set"
-            )
-    return topics  # type: ignore[return-value]  # no None left
-
-
-def _row_partitions(plan: WritePlan, batch: pa.RecordBatch, row_base: int) -> Iterable[int]:
-    if plan.partition_index is None:
-        return repeat(-1, batch.num_rows)  # librdkafka's RD_KAFKA_PARTITION_UA: partitioner
-    out: list[int] = []
-    for i, p in enumerate(batch.column(plan.partition_index).to_pylist()):
-        if p is None:
-            out.append(-1)
-        elif p < 0:
-            raise WriteOptionError(
-                f"column 'partition': row {row_base + i} has partition {p}; partitions are "
-                ">= 0 (or null for the partitioner)"
-            )
-        else:
-            out.append(p)
-    return out
-
-
-def _task_batch_id(eos: ExactlyOnce) -> tuple[int, int, int]:
-    """(batch id, Spark partition id, attempt number) of the running write task."""
-    from pyspark import TaskContext
-
-    tc = TaskContext.get()
-    if tc is None:
-        raise RuntimeError("an exactly-once write must run inside a Spark task")
-    batch = eos.batch_id
-    if batch is None:
-        prop = tc.getLocalProperty("streaming.sql.batchId")
-        batch = int(prop) if prop is not None else -1
-    return batch, tc.partitionId(), tc.attemptNumber()
-
-
-def _open_transaction(plan: WritePlan, eos: ExactlyOnce, txn_id: str, producer: Any) -> None:
-    try:
-        producer.init_transactions(eos.timeout_ms / 1000)
-        producer.begin_transaction()
-    except Exception as exc:
-        raise DeliveryError(
-            f"cannot open transaction {txn_id} at {plan.bootstrap_servers}: {exc}"
-        ) from exc
-
-
-def _describe_open(
-    plan: WritePlan, txn_id: str
-) -> tuple[OpenTransaction, tuple[tuple[str, int], ...]]:
-    """The task's transaction as its coordinator sees it; it must be open."""
-    with TxnClient(plan.bootstrap_servers) as client:
-        state = client.describe(txn_id)
-    if str(state.transaction_state) != "Ongoing" or int(state.producer_id) < 0:
-        raise DeliveryError(
-            f"transaction {txn_id} is {state.transaction_state} after the task's writes, not "
-            "Ongoing (its producer was fenced or it timed out); the task is retried"
-        )
-    covered = tuple((str(t.topic), int(p)) for t in state.topics for p in t.partitions)
-    return OpenTransaction(txn_id, int(state.producer_id), int(state.producer_epoch)), covered
-
 
 def write_batches(
-    plan: WritePlan, batches: Iterator[pa.RecordBatch], eos: ExactlyOnce | None = None
+    plan: WritePlan,
+    batches: Iterator[pa.RecordBatch],
+    eos: ExactlyOnce | None = None,
+    settings: BatchSettings | None = None,
 ) -> MillraceWriteCommitMessage:
-    """Produce every row of ``batches`` and wait until each is acknowledged.
-
-    Runs on an executor (the body of both writers' ``write``). Raises
-    :class:`WriteOptionError` for a row that cannot be produced (checked per Arrow batch,
-    before any of that batch's rows are sent) and :class:`DeliveryError` if any delivery
-    failed; returns only when every row was acknowledged.
-
-    With ``eos`` (exactly-once, ``docs/exactly-once.md`` step 2) the rows go into a
-    transaction of this task attempt that is left open for the driver to commit, and the
-    message carries it; a batch the sink already prepared is read and not written.
-    """
-    from confluent_kafka import KafkaException
-
-    if eos is None and plan.producer != "librdkafka":
-        settings = batch_settings(plan)
-        if isinstance(settings, BatchSettings):
-            return write_record_batches(plan, settings, batches)
-        log.info("millrace writer: producing row by row with librdkafka: %s", settings)
-    txn_id: str | None = None
-    batch_id = partition_id = attempt = -1
+    """Produce every row of ``batches`` and wait until each is acknowledged (the body of
+    both writers' ``write``, on an executor): into the task's open transaction with ``eos``
+    (``docs/exactly-once.md`` step 2), else at-least-once with the batch producer or
+    librdkafka (see the module docstring)."""
+    if settings is None and plan.producer != "librdkafka":
+        chosen = batch_settings(plan)
+        settings = chosen if isinstance(chosen, BatchSettings) else None
+        if settings is None:
+            log.info("millrace writer: producing row by row with librdkafka: %s", chosen)
     if eos is not None:
-        batch_id, partition_id, attempt = _task_batch_id(eos)
-        if eos.log_dir is not None and batch_id <= eos.committed_through:
-            for _ in batches:  # a replay of a batch the sink already prepared or committed
-                pass
-            return MillraceWriteCommitMessage(rows=0)
-        txn_id = eos.transactional_id(partition_id, attempt)
-    tracker = (
-        _DeliveryTracker(only_errors=True) if txn_id is None else _TransactionalDeliveryTracker()
-    )
-    producer: Any = None
-    produced = 0
-    row_base = 0
-    ok = False
-    try:
-        for batch in batches:
-            n = batch.num_rows
-            if n == 0:
-                continue
-            if producer is None:
-                extra: dict[str, object] = (
-                    {"delivery.report.only.error": True}
-                    if txn_id is None
-                    else {
-                        "transactional.id": txn_id,
-                        "transaction.timeout.ms": eos.timeout_ms if eos is not None else 60000,
-                    }
-                )
-                producer = _new_producer(plan, tracker, extra)
-                if txn_id is not None and eos is not None:
-                    _open_transaction(plan, eos, txn_id, producer)
-            produce = producer.produce
-            values = batch.column(plan.value_index).to_pylist()
-            keys: Iterable[Any] = (
-                repeat(None, n)
-                if plan.key_index is None
-                else batch.column(plan.key_index).to_pylist()
-            )
-            headers: Iterable[Any] = (
-                repeat(None, n)
-                if plan.headers_index is None
-                else [
-                    _headers(h, row_base + i)
-                    for i, h in enumerate(batch.column(plan.headers_index).to_pylist())
-                ]
-            )
-            rows = zip(
-                _row_topics(plan, batch, row_base),
-                values,
-                keys,
-                _row_partitions(plan, batch, row_base),
-                headers,
-                strict=True,
-            )
-            i = 0
-            try:
-                for i, (topic, value, key, partition, hdrs) in enumerate(rows):
-                    try:
-                        if hdrs is None:
-                            produce(topic, value, key, partition)
-                        else:
-                            produce(topic, value, key, partition, headers=hdrs)
-                    except BufferError:
-                        _produce_blocking(producer, topic, value, key, partition, hdrs)
-                    if i % _POLL_EVERY_ROWS == 0:
-                        producer.poll(0)
-            except KafkaException as exc:
-                raise DeliveryError(
-                    f"cannot produce row {row_base + i} (topic '{topic}'): {exc}"
-                ) from exc
-            produced += n
-            row_base += n
-            producer.poll(0)
-            if tracker.failed:
-                break
-        if producer is None:
-            ok = True
-            return MillraceWriteCommitMessage(rows=0)
-        while producer.flush(_FLUSH_STEP_S) > 0:
-            log.info("millrace writer: waiting for %d delivery reports", len(producer))
-        tracker.settle(produced)
-        if tracker.failed:
-            raise DeliveryError(
-                f"{tracker.failed} of {produced} rows were not acknowledged by the cluster "
-                f"at {plan.bootstrap_servers}; first errors: {'; '.join(tracker.errors)}"
-            )
-        if tracker.acked != produced:
-            raise DeliveryError(
-                f"only {tracker.acked} of {produced} rows were acknowledged by the cluster"
-            )
-        task_txn: TaskTransaction | None = None
-        if txn_id is not None:
-            txn, covered = _describe_open(plan, txn_id)
-            assert isinstance(tracker, _TransactionalDeliveryTracker)
-            missing = tracker.partitions - set(covered)
-            if missing:
-                raise DeliveryError(
-                    f"transaction {txn_id} does not cover partitions it wrote: "
-                    f"{sorted(missing)}; the task is retried"
-                )
-            task_txn = TaskTransaction(txn, covered, batch_id, partition_id, attempt)
-        ok = True
-        # With a transaction, the producer is dropped without close(): close() would abort
-        # the transaction the driver is going to commit.
-        return MillraceWriteCommitMessage(rows=produced, transaction=task_txn)
-    finally:
-        if not ok and producer is not None:
-            # Drop what is still queued so the failing task does not linger; rows already
-            # sent may have been written (at-least-once: the retry sends them again; with a
-            # transaction they are aborted).
-            try:
-                producer.purge()
-                producer.flush(1.0)
-                if txn_id is not None:
-                    producer.abort_transaction(10.0)
-            except (KafkaException, RuntimeError) as exc:
-                log.warning("millrace writer: purging the producer after a failure: %s", exc)
+        if settings is None:
+            raise WriteOptionError("exactly-once writes need the batch producer")
+        return write_exactly_once(plan, settings, eos, batches)
+    if settings is not None:
+        return write_record_batches(plan, settings, batches)
+    return write_rows_librdkafka(plan, batches)
 
 
 def _summarize(messages: list[Any]) -> tuple[int, int]:
@@ -448,21 +164,42 @@ def _summarize(messages: list[Any]) -> tuple[int, int]:
     return sum(m.rows for m in done), len(messages) - len(done)
 
 
-def _check_producer(plan: WritePlan, eos: ExactlyOnce | None) -> None:
-    """With ``producer=batch``, the write must be one the batch producer can do (driver)."""
-    if plan.producer != "batch":
-        return
+def _reports(messages: list[Any]) -> list[TaskTransaction]:
+    """The exactly-once task reports of a batch's successful tasks."""
+    return [
+        m.transaction
+        for m in messages
+        if isinstance(m, MillraceWriteCommitMessage) and isinstance(m.transaction, TaskTransaction)
+    ]
+
+
+def _batch_settings(plan: WritePlan, eos: ExactlyOnce | None) -> BatchSettings | None:
+    """The batch producer's settings (driver side), checked against ``producer`` and
+    exactly-once: None when the write goes row by row through librdkafka."""
+    chosen = batch_settings(plan)
     if eos is not None:
-        raise WriteOptionError(
-            f"option '{PRODUCER_OPTION}' is batch, but exactly-once writes go through "
-            "librdkafka's transactional producer (use producer=auto)"
-        )
-    settings = batch_settings(plan)
-    if not isinstance(settings, BatchSettings):
+        if plan.producer == "librdkafka":
+            raise WriteOptionError(
+                f"option '{PRODUCER_OPTION}' is librdkafka, but exactly-once writes go through "
+                "the connector's transactional batch producer (use producer=auto)"
+            )
+        if not isinstance(chosen, BatchSettings):
+            raise WriteOptionError(
+                f"'deliveryGuarantee=exactly-once' writes through the connector's transactional "
+                f"batch producer, which cannot do this write: {chosen}"
+            )
+        if chosen.acks != -1 or not chosen.idempotent:
+            raise WriteOptionError(
+                "'deliveryGuarantee=exactly-once' needs acks=all and idempotence: remove "
+                "options 'kafka.acks' and 'kafka.enable.idempotence'"
+            )
+        return chosen
+    if plan.producer == "batch" and not isinstance(chosen, BatchSettings):
         raise WriteOptionError(
             f"option '{PRODUCER_OPTION}' is batch, but the batch producer cannot do this "
-            f"write: {settings}"
+            f"write: {chosen}"
         )
+    return chosen if isinstance(chosen, BatchSettings) else None
 
 
 def _exactly_once(
@@ -470,34 +207,57 @@ def _exactly_once(
 ) -> ExactlyOnce | None:
     """The writer's exactly-once settings, checked against the cluster (driver side)."""
     try:
-        eos = exactly_once_settings(
-            options, streaming=streaming, producer_options=plan.producer_options
+        opts = parse_sink_options(
+            options, streaming=streaming, producer_options=plan.producer_options, topic=plan.topic
         )
+        if opts is None:
+            return None
+        return open_sink(opts, plan.bootstrap_servers)
     except ExactlyOnceError as exc:
         raise WriteOptionError(str(exc)) from None
-    if eos is None:
-        return None
-    try:
-        with TxnClient(plan.bootstrap_servers, timeout_s=30.0) as client:
-            missing = client.check_support()
-    except (OSError, ConnectionError) as exc:
+    except KafkaRequestError as exc:
         raise WriteOptionError(
-            f"'deliveryGuarantee=exactly-once': cannot reach the brokers at "
-            f"{plan.bootstrap_servers} to check their transaction support: {exc}"
+            f"'deliveryGuarantee=exactly-once': cannot reach the brokers to check their "
+            f"transaction support: {exc}"
         ) from exc
-    if missing:
-        raise WriteOptionError(
-            f"'deliveryGuarantee=exactly-once' needs Kafka transactions, and the brokers at "
-            f"{plan.bootstrap_servers} lack {', '.join(missing)}: use brokers of Kafka 3.0 or "
-            "later (or Millrace), or write with deliveryGuarantee=at-least-once"
-        )
-    return eos
 
 
-class MillraceBatchWriter(DataSourceArrowWriter):
+class _Writer:
+    """What both writers share: the plan, the exactly-once settings, and the planning of a
+    batch when the writer is pickled for its tasks."""
+
+    def _setup(
+        self, options: Mapping[str, str], schema: StructType, *, streaming: bool, run: str
+    ) -> None:
+        self.plan = plan_write(options, schema)
+        self.eos = _exactly_once(self.plan, options, streaming=streaming)
+        self.settings = _batch_settings(self.plan, self.eos)
+        self.run = run
+        self._planned = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self.eos is not None and not self._planned:
+            self.eos = plan_batch(self.eos, self.plan.bootstrap_servers)
+            self._planned = True
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def _committer(self) -> Committer:
+        assert self.eos is not None
+        return Committer(self.eos, self.plan.bootstrap_servers, self.run)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> MillraceWriteCommitMessage:
+        return write_batches(self.plan, iterator, self.eos, self.settings)
+
+
+class MillraceBatchWriter(_Writer, DataSourceArrowWriter):
     """``df.write.format("millrace")``: one producer per task; at-least-once by default,
     all-or-nothing with ``deliveryGuarantee=exactly-once`` (the tasks' transactions are
-    committed by :meth:`commit`, aborted by :meth:`abort`).
+    committed by :meth:`commit`, aborted by :meth:`abort`); with ``batchId`` (what
+    ``write_batch`` sets in ``foreachBatch``) exactly once per batch id, like the streaming
+    sink.
 
     Responsibility: validate options and schema on the driver (constructor), produce every
     row of a task's Arrow batches and wait for their acknowledgements (``write``, on an
@@ -506,29 +266,26 @@ class MillraceBatchWriter(DataSourceArrowWriter):
     ``write`` call creates, uses and flushes its own producer on the task thread.
     """
 
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        self.plan = plan_write(options, schema)
-        self.eos = _exactly_once(self.plan, options, streaming=False)
-        _check_producer(self.plan, self.eos)
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> MillraceWriteCommitMessage:
-        return write_batches(self.plan, iterator, self.eos)
+    def __init__(self, options: Mapping[str, str], schema: StructType, run: str = "") -> None:
+        self._setup(options, schema, streaming=False, run=run)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         rows, _ = _summarize(list(messages))
         if self.eos is not None:
-            batch = self.eos.batch_id if self.eos.batch_id is not None else 0
-            Committer(self.eos, self.plan.bootstrap_servers).commit(
-                batch, task_transactions(messages)
-            )
+            committer = self._committer()
+            try:
+                if self.eos.batch_id is not None:
+                    committer.commit(self.eos.batch_id, _reports(list(messages)))
+                else:
+                    committer.commit_write(_reports(list(messages)))
+            except ExactlyOnceError as exc:
+                raise DeliveryError(str(exc)) from exc
         log.info("millrace write committed: %d rows from %d tasks", rows, len(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         rows, failed = _summarize(list(messages))
         if self.eos is not None:
-            Committer(self.eos, self.plan.bootstrap_servers).abort(
-                self.eos.batch_id, task_transactions(messages)
-            )
+            self._committer().abort(self.eos.batch_id, _reports(list(messages)))
             log.warning("millrace write aborted: %d tasks failed; nothing is visible", failed)
             return
         log.warning(
@@ -539,38 +296,30 @@ class MillraceBatchWriter(DataSourceArrowWriter):
         )
 
 
-class MillraceStreamWriter(DataSourceStreamArrowWriter):
+class MillraceStreamWriter(_Writer, DataSourceStreamArrowWriter):
     """``df.writeStream.format("millrace")``: each micro-batch task produces its rows and
     waits for their acknowledgements: at-least-once by default (a replayed micro-batch writes
     again), exactly-once with ``deliveryGuarantee=exactly-once`` (``docs/exactly-once.md``:
-    the tasks' transactions are committed by :meth:`commit` with the batch's source offsets).
+    the tasks' transactions are committed by :meth:`commit`, then the batch's source offsets).
 
     Same format, validation and pickling rules as :class:`MillraceBatchWriter`; ``commit``
-    and ``abort`` run on the driver once per micro-batch.
+    and ``abort`` run on the driver once per micro-batch, ``run`` names the query run (the
+    sink's zombie-driver fence).
     """
 
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        self.plan = plan_write(options, schema)
-        self.eos = _exactly_once(self.plan, options, streaming=True)
-        _check_producer(self.plan, self.eos)
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> MillraceWriteCommitMessage:
-        return write_batches(self.plan, iterator, self.eos)
+    def __init__(self, options: Mapping[str, str], schema: StructType, run: str = "") -> None:
+        self._setup(options, schema, streaming=True, run=run)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         rows, _ = _summarize(list(messages))
         if self.eos is not None:
-            Committer(self.eos, self.plan.bootstrap_servers).commit(
-                batchId, task_transactions(messages)
-            )
+            self._committer().commit(batchId, _reports(list(messages)))
         log.info("millrace stream batch %d committed: %d rows", batchId, rows)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         rows, failed = _summarize(list(messages))
         if self.eos is not None:
-            Committer(self.eos, self.plan.bootstrap_servers).abort(
-                batchId, task_transactions(messages)
-            )
+            self._committer().abort(batchId, _reports(list(messages)))
         log.warning(
             "millrace stream batch %d aborted: %d tasks failed, %d rows %s",
             batchId,

@@ -57,6 +57,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from spark_connector.kafka.cluster import TRANSACTION, Cluster
+from spark_connector.kafka.connection import Connection
 from spark_connector.kafka.errors import (
     FENCED,
     LEADER_MOVED,
@@ -155,6 +156,9 @@ class BatchProducer:
         self._backoff_s = retry_backoff_ms / 1000
         self._buffer_bytes = buffer_bytes
         self._in_flight: dict[int, list[_Partition]] = {}  # broker -> partitions sent
+        # Produce requests are pipelined on connections of their own: the cluster's are for
+        # one request at a time (metadata, coordinators)
+        self._connections: dict[int, Connection] = {}
         self._partitions: dict[tuple[str, int], _Partition] = {}
         self._in_transaction: set[tuple[str, int]] = set()
         self._queued_bytes = 0
@@ -171,6 +175,9 @@ class BatchProducer:
     # --- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
         self._cluster.close()
         self._in_flight.clear()
 
@@ -259,8 +266,7 @@ class BatchProducer:
         except KafkaRequestError as exc:
             if exc.code == 3:
                 raise ProduceError(
-                    f"topic '{topic}' is not known to the cluster at "
-                    f"{self._cluster.bootstrap_text}"
+                    f"topic '{topic}' is not known to the cluster at {self._cluster.bootstrap_text}"
                 ) from exc
             raise ProduceError(str(exc)) from exc
 
@@ -373,10 +379,22 @@ class BatchProducer:
             self._failure = ProduceError(message, fenced=fenced)
         raise self._failure
 
+    def _connection(self, broker: int) -> Connection:
+        conn = self._connections.get(broker)
+        if conn is None:
+            address = self._cluster.broker_address(broker)
+            if address is None:
+                raise ConnectionError(f"broker {broker} is not known")
+            conn = Connection(
+                address[0], address[1], self._request_timeout_ms / 1000 + 5, self._cluster.client_id
+            )
+            self._connections[broker] = conn
+        return conn
+
     def _drop(self, broker: int) -> None:
-        address = self._cluster.broker_address(broker)
-        if address is not None:
-            self._cluster.drop(address)
+        conn = self._connections.pop(broker, None)
+        if conn is not None:
+            conn.close()
         for part in self._in_flight.pop(broker, []):
             self._retry_later(part)
 
@@ -433,13 +451,8 @@ class BatchProducer:
                 head = part.queue[0]
                 head.attempts += 1
                 chunks += (_I32.pack(part.index), _I32.pack(len(head.data)), head.data)
-        address = self._cluster.broker_address(broker)
         try:
-            if address is None:
-                raise ConnectionError(f"broker {broker} is not known")
-            self._cluster.connection(address).send(
-                PRODUCE, PRODUCE_VERSION, b"".join(chunks)
-            )
+            self._connection(broker).send(PRODUCE, PRODUCE_VERSION, b"".join(chunks))
         except (OSError, ConnectionError) as exc:
             log.info("millrace writer: produce to broker %d failed: %s", broker, exc)
             for part in parts:
@@ -452,11 +465,8 @@ class BatchProducer:
 
     def _receive(self, broker: int) -> None:
         parts = self._in_flight.pop(broker)
-        address = self._cluster.broker_address(broker)
         try:
-            if address is None:
-                raise ConnectionError(f"broker {broker} is not known")
-            frame = self._cluster.connection(address).receive()
+            frame = self._connections[broker].receive()
             results = self._parse(frame)
         except (OSError, ConnectionError, struct.error) as exc:
             log.info("millrace writer: produce response from broker %d lost: %s", broker, exc)
@@ -541,11 +551,9 @@ class BatchProducer:
                 earliest = min(waiting, default=now)
                 time.sleep(earliest - now if earliest > now else self._backoff_s)
             return
-        socks: dict[int, int] = {}
-        for b in self._in_flight:
-            address = self._cluster.broker_address(b)
-            if address is not None:
-                socks[self._cluster.connection(address).fileno()] = b
+        socks = {
+            self._connections[b].fileno(): b for b in self._in_flight if b in self._connections
+        }
         timeout = self._request_timeout_ms / 1000 + 5 if wait else 0.0
         readable, _, _ = select.select(list(socks), [], [], timeout)
         if wait and not readable:

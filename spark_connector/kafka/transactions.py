@@ -186,8 +186,7 @@ class TxnClient:
             )
             response = self._retrying("ApiVersions", lambda: self.cluster.any_broker(request))
             self._versions = {
-                int(k.api_key): (int(k.min_version), int(k.max_version))
-                for k in response.api_keys
+                int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys
             }
         return self._versions
 
@@ -288,9 +287,7 @@ class TxnClient:
                         out[txn_id] = TransactionState(txn_id, "", -1, -1, 0, frozenset())
                         continue
                     try:
-                        self._check(
-                            f"DescribeTransactions({txn_id})", code, TRANSACTION, txn_id
-                        )
+                        self._check(f"DescribeTransactions({txn_id})", code, TRANSACTION, txn_id)
                     except Retriable as exc:
                         retry = exc
                         continue
@@ -407,24 +404,12 @@ class TxnClient:
             ),
         )
 
-    def add_offsets(
-        self,
-        txn: OpenTransaction,
-        group: str,
-        offsets: Mapping[str, Mapping[int, int]],
-        metadata: Mapping[tuple[str, int], str] | None = None,
-    ) -> None:
-        """AddOffsetsToTxn then TxnOffsetCommit: ``offsets`` (topic -> partition -> next
-        offset, each with its ``metadata`` string) become the group's committed offsets when
-        ``txn`` commits."""
+    def add_offsets_to_txn(self, txn: OpenTransaction, group: str) -> None:
+        """AddOffsetsToTxn: ``group``'s ``__consumer_offsets`` partition joins ``txn`` (a
+        fenced producer gets PRODUCER_FENCED here)."""
         from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
-        from kio.schema.txn_offset_commit.v3.request import (
-            TxnOffsetCommitRequest,
-            TxnOffsetCommitRequestPartition,
-            TxnOffsetCommitRequestTopic,
-        )
-        from kio.schema.types import GroupId, ProducerId, TopicName, TransactionalId
-        from kio.static.primitive import i16, i32, i64
+        from kio.schema.types import GroupId, ProducerId, TransactionalId
+        from kio.static.primitive import i16
 
         self._txn_request(
             f"AddOffsetsToTxn({txn.transactional_id}, {group})",
@@ -436,6 +421,25 @@ class TxnClient:
                 group_id=GroupId(group),
             ),
         )
+
+    def txn_offset_commit(
+        self,
+        txn: OpenTransaction,
+        group: str,
+        offsets: Mapping[str, Mapping[int, int]],
+        metadata: Mapping[tuple[str, int], str] | None = None,
+    ) -> None:
+        """TxnOffsetCommit: ``offsets`` (topic -> partition -> next offset, each with its
+        ``metadata`` string) become ``group``'s committed offsets when ``txn`` commits (after
+        :meth:`add_offsets_to_txn`)."""
+        from kio.schema.txn_offset_commit.v3.request import (
+            TxnOffsetCommitRequest,
+            TxnOffsetCommitRequestPartition,
+            TxnOffsetCommitRequestTopic,
+        )
+        from kio.schema.types import GroupId, ProducerId, TopicName, TransactionalId
+        from kio.static.primitive import i16, i32, i64
+
         if not any(offsets.values()):
             return
         notes = metadata or {}
@@ -471,6 +475,17 @@ class TxnClient:
                     self._check(what, int(part.error_code), GROUP, group)
 
         self._retrying(what, attempt)
+
+    def add_offsets(
+        self,
+        txn: OpenTransaction,
+        group: str,
+        offsets: Mapping[str, Mapping[int, int]],
+        metadata: Mapping[tuple[str, int], str] | None = None,
+    ) -> None:
+        """AddOffsetsToTxn then TxnOffsetCommit (see both)."""
+        self.add_offsets_to_txn(txn, group)
+        self.txn_offset_commit(txn, group, offsets, metadata)
 
     def fence(self, transactional_ids: Iterable[str], timeout_ms: int) -> None:
         """Abort the open transactions of ``transactional_ids`` and fence their producers."""

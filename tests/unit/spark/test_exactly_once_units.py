@@ -1,26 +1,36 @@
-"""The pure parts of the exactly-once sink (``spark_connector/exactly_once.py``): the sink
-log's records and files, the source offsets read from Spark's offset log, and the option
-validation that runs when a writer is created."""
+"""The pure parts of the exactly-once sink (``spark_connector/exactly_once/``): the sink
+log's records and files, the source offsets read from Spark's offset log, the option
+validation that runs when a writer is created, and the sink's names (which transactions are
+its own)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
-from spark_connector.exactly_once import (
-    KEEP_BATCHES,
-    BatchRecord,
+from spark_connector.exactly_once.offsets import source_offsets
+from spark_connector.exactly_once.settings import (
+    SLOTS,
     ExactlyOnce,
     ExactlyOnceError,
-    SinkLog,
-    exactly_once_settings,
-    source_offsets,
+    Rewrite,
+    SinkOptions,
+    parse_sink_options,
+    sink_dir_name,
 )
-from spark_connector.txn_client import OpenTransaction
+from spark_connector.exactly_once.sink_log import (
+    KEEP_BATCHES,
+    BatchRecord,
+    RunRecord,
+    SinkLog,
+    TaskEntry,
+    new_run_name,
+)
+from spark_connector.kafka.transactions import OpenTransaction
 
 pytestmark = pytest.mark.unit
 
@@ -35,54 +45,83 @@ SPARK_HEADER = (
 # --- BatchRecord -----------------------------------------------------------------------------
 
 
-def test_batch_record_json_round_trip() -> None:
-    record = BatchRecord(
+def _record() -> BatchRecord:
+    return BatchRecord(
         7,
         "prepared",
-        [OpenTransaction("millrace-ab-0-0", 12, 3), OpenTransaction("millrace-ab-2-1", 5, 0)],
+        "0001795000000000-abc",
+        [
+            TaskEntry(
+                0,
+                64,
+                "open",
+                OpenTransaction("millrace-ab-0-3", 12, 4),
+                OpenTransaction("millrace-ab-0-3", 12, 3),
+                [("out", 0, 10, 42), ("out", 1, 5, 37)],
+            ),
+            TaskEntry(1, 0, "empty"),
+        ],
         "enricher",
         {"orders": {0: 64, 1: 65, 10: 0}, "other": {3: 9_000_000_000}},
+        {"out": 2},
+        2,
     )
-    text = record.to_json()
-    data = json.loads(text)
-    assert data == {
-        "batch": 7,
-        "state": "prepared",
-        "transactions": [["millrace-ab-0-0", 12, 3], ["millrace-ab-2-1", 5, 0]],
-        "group": "enricher",
-        "offsets": {"orders": {"0": 64, "1": 65, "10": 0}, "other": {"3": 9_000_000_000}},
+
+
+def test_batch_record_json_round_trip() -> None:
+    record = _record()
+    data = json.loads(record.to_json())
+    assert data["version"] == 2
+    assert data["offsets"] == {"orders": {"0": 64, "1": 65, "10": 0}, "other": {"3": 9_000_000_000}}
+    assert data["tasks"][0] == {
+        "partition": 0,
+        "rows": 64,
+        "state": "open",
+        "txn": ["millrace-ab-0-3", 12, 4],
+        "wrote": ["millrace-ab-0-3", 12, 3],
+        "outputs": [["out", 0, 10, 42], ["out", 1, 5, 37]],
     }
-    assert BatchRecord.from_json(text) == record
-
-
-def test_batch_record_without_group_or_offsets() -> None:
-    record = BatchRecord(0, "committed")
     assert BatchRecord.from_json(record.to_json()) == record
-    # a record written without the optional keys reads back with their defaults
-    assert BatchRecord.from_json(
-        '{"batch": 3, "state": "committed", "transactions": [["t-0-0", 1, 2]]}'
-    ) == BatchRecord(3, "committed", [OpenTransaction("t-0-0", 1, 2)], None, {})
+    assert record.transactional_ids() == {"millrace-ab-0-3"}
+    assert record.entry(1) is not None and record.entry(5) is None
+
+
+def test_records_of_the_first_format_read_with_unknown_partitions() -> None:
+    """Records written before sinks had ids: ``transactions`` lists, no partitions."""
+    old = BatchRecord.from_json(
+        '{"batch": 3, "state": "prepared", "transactions": [["t-0-0", 1, 2], ["t-1-0", 5, 0]],'
+        ' "group": "g", "offsets": {"in": {"0": 9}}}'
+    )
+    assert (old.batch, old.state, old.group, old.offsets) == (3, "prepared", "g", {"in": {0: 9}})
+    assert [(t.partition, t.state, t.txn) for t in old.tasks] == [
+        (-1, "open", OpenTransaction("t-0-0", 1, 2)),
+        (-2, "open", OpenTransaction("t-1-0", 5, 0)),
+    ]
+    done = BatchRecord.from_json('{"batch": 0, "state": "committed", "transactions": []}')
+    assert done.committed and done.tasks == []
 
 
 # --- SinkLog ---------------------------------------------------------------------------------
 
 
-def test_sink_log_put_get_and_committed_through(tmp_path: Path) -> None:
+def test_sink_log_put_get_create_and_committed_through(tmp_path: Path) -> None:
     log = SinkLog(str(tmp_path / "millrace-sink"))
     assert log.batches() == [] and log.committed_through() == -1 and log.get(0) is None
     log.put(BatchRecord(0, "committed"))
-    log.put(BatchRecord(2, "prepared", [OpenTransaction("p-0-0", 1, 0)], "g", {"t": {0: 5}}))
+    assert log.create(_record())
+    assert not log.create(BatchRecord(7, "prepared", "other run"))  # exclusive: the first wins
+    assert log.get(7) == _record()
     (tmp_path / "millrace-sink" / "notes.txt").write_text("ignored")
-    assert log.batches() == [0, 2]
-    assert log.committed_through() == 2  # prepared counts: the next run finishes it
-    record = log.get(2)
-    assert record is not None and record.state == "prepared" and record.offsets == {"t": {0: 5}}
+    assert log.batches() == [0, 7]
+    assert log.committed_through() == 7  # prepared counts: the next run finishes it
+    assert log.latest() == _record()
+    record = _record()
     record.state = "committed"
     log.put(record)
-    assert log.get(2) == record
-    assert sorted(os.listdir(tmp_path / "millrace-sink")) == ["0.json", "2.json", "notes.txt"]
-    log.forget(2)
-    log.forget(2)  # forgetting twice is fine
+    assert log.get(7) == record
+    assert sorted(os.listdir(tmp_path / "millrace-sink")) == ["0.json", "7.json", "notes.txt"]
+    log.forget(7)
+    log.forget(7)  # forgetting twice is fine
     assert log.committed_through() == 0
 
 
@@ -91,6 +130,48 @@ def test_sink_log_keeps_the_last_batches(tmp_path: Path) -> None:
     for batch in range(KEEP_BATCHES + 5):
         log.put(BatchRecord(batch, "committed"))
     assert log.batches() == list(range(5, KEEP_BATCHES + 5))
+
+
+def test_the_sink_id_is_made_once_even_by_racing_drivers(tmp_path: Path) -> None:
+    ids: list[str] = []
+
+    def make() -> None:
+        ids.append(SinkLog(str(tmp_path / "s")).sink_id())
+
+    threads = [threading.Thread(target=make) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(ids)) == 1 and len(ids[0]) == 16
+    int(ids[0], 16)
+    assert SinkLog(str(tmp_path / "other")).sink_id() != ids[0]
+
+
+def test_run_records_and_run_names_sort_by_start(tmp_path: Path) -> None:
+    log = SinkLog(str(tmp_path))
+    assert log.run() is None
+    first = new_run_name()
+    record = RunRecord.mine(first, OpenTransaction("p-s-driver", 9, 2))
+    log.put_run(record)
+    assert log.run() == record
+    later = new_run_name()
+    assert later > first  # a later run's name is greater (zero-padded ms, then a nonce)
+    assert len(first) == len(later)
+
+
+def test_a_write_batch_sink_starts_above_the_batches_of_the_first_log_layout(
+    tmp_path: Path,
+) -> None:
+    """Before sinks had their own directories, write_batch kept its records in
+    ``millrace-sink/``: a sink of the new layout starts above them (the old behaviour)."""
+    top = SinkLog(str(tmp_path / "millrace-sink"))
+    top.put(BatchRecord(5, "committed"))
+    sink = SinkLog(str(tmp_path / "millrace-sink" / "sinks" / "orders"))
+    assert sink.committed_through() == 5
+    sink.put(BatchRecord(6, "committed"))
+    assert sink.committed_through() == 6
+    assert top.legacy_through() == -1  # the streaming sink's log is itself the top level
 
 
 # --- source_offsets --------------------------------------------------------------------------
@@ -102,10 +183,9 @@ def _offsets_file(checkpoint: Path, batch: int, *sources: str) -> None:
 
 
 def test_source_offsets_from_sparks_offset_log(tmp_path: Path) -> None:
-    log_dir = str(tmp_path / "millrace-sink")
     _offsets_file(tmp_path, 4, '{"orders": {"0": 64, "1": 65, "2": 71}}')
-    assert source_offsets(log_dir, 4) == {"orders": {0: 64, 1: 65, 2: 71}}
-    assert source_offsets(log_dir, 5) == {}  # no offsets/5
+    assert source_offsets(str(tmp_path), 4) == {"orders": {0: 64, 1: 65, 2: 71}}
+    assert source_offsets(str(tmp_path), 5) == {}  # no offsets/5
 
 
 def test_source_offsets_of_several_sources(tmp_path: Path) -> None:
@@ -122,7 +202,7 @@ def test_source_offsets_of_several_sources(tmp_path: Path) -> None:
         '{"c": {"0": "not an offset"}}',
         '{"a": {"1": 7}}',
     )
-    assert source_offsets(str(tmp_path / "millrace-sink"), 0) == {
+    assert source_offsets(str(tmp_path), 0) == {
         "a": {0: 10, 1: 7},
         "b": {1: 3},
     }
@@ -132,16 +212,21 @@ def test_source_offsets_ignore_the_header_lines(tmp_path: Path) -> None:
     """The metadata line is a JSON object too: only the lines after it are sources."""
     (tmp_path / "offsets").mkdir()
     (tmp_path / "offsets" / "0").write_text('v1\n{"t": {"0": 1}}\n')
-    assert source_offsets(str(tmp_path / "millrace-sink"), 0) == {}
+    assert source_offsets(str(tmp_path), 0) == {}
 
 
 # --- option validation -----------------------------------------------------------------------
 
 
 def _settings(
-    streaming: bool = True, producer: dict[str, str] | None = None, **options: str
-) -> ExactlyOnce | None:
-    return exactly_once_settings(options, streaming=streaming, producer_options=producer or {})
+    streaming: bool = True,
+    producer: dict[str, str] | None = None,
+    topic: str | None = "out",
+    **options: str,
+) -> SinkOptions | None:
+    return parse_sink_options(
+        options, streaming=streaming, producer_options=producer or {}, topic=topic
+    )
 
 
 def test_at_least_once_is_the_default() -> None:
@@ -164,8 +249,8 @@ def test_at_least_once_is_the_default() -> None:
             False,
             {"commitOffsetsToGroup": "g"},
             {},
-            "option 'commitOffsetsToGroup' commits the source offsets in the output's "
-            "transaction and needs 'deliveryGuarantee=exactly-once'",
+            "option 'commitOffsetsToGroup' commits the source offsets with the output's "
+            "transactions and needs 'deliveryGuarantee=exactly-once'",
         ),
         (
             True,
@@ -206,6 +291,12 @@ def test_at_least_once_is_the_default() -> None:
             "option 'kafka.transaction.timeout.ms' is '15m': an integer is needed",
         ),
         (
+            True,
+            {"deliveryGuarantee": "exactly-once", "checkpointLocation": "/c"},
+            {"transaction.timeout.ms": "0"},
+            "option 'kafka.transaction.timeout.ms' is 0: it must be positive",
+        ),
+        (
             False,
             {"deliveryGuarantee": "exactly-once", "batchId": "x", "checkpointLocation": "/c"},
             {},
@@ -228,6 +319,26 @@ def test_at_least_once_is_the_default() -> None:
             "option 'commitOffsetsToGroup' needs the source offsets of a micro-batch: use it "
             "on a streaming write or with write_batch(...) in foreachBatch",
         ),
+        (
+            True,
+            {
+                "deliveryGuarantee": "exactly-once",
+                "checkpointLocation": "/c",
+                "transactionalIdPrefix": " ",
+            },
+            {},
+            "option 'transactionalIdPrefix' must not be empty",
+        ),
+        (
+            True,
+            {
+                "deliveryGuarantee": "exactly-once",
+                "checkpointLocation": "/c",
+                "acceptPartitionCountChange": "maybe",
+            },
+            {},
+            "option 'acceptPartitionCountChange' is 'maybe': true or false",
+        ),
     ],
 )
 def test_settings_that_cannot_work_name_the_option(
@@ -240,35 +351,43 @@ def test_settings_that_cannot_work_name_the_option(
 
 def test_streaming_settings(tmp_path: Path) -> None:
     checkpoint = tmp_path / "ckpt"
-    eos = _settings(
+    opts = _settings(
         deliveryGuarantee="Exactly-Once",
         checkpointLocation=str(checkpoint),
         commitOffsetsToGroup="enricher",
     )
-    assert eos is not None
-    digest = hashlib.sha1(str(checkpoint.resolve()).encode()).hexdigest()[:16]
-    assert eos == ExactlyOnce(
-        prefix=f"millrace-{digest}",
+    assert opts == SinkOptions(
+        prefix="millrace",
         log_dir=str(checkpoint.resolve() / "millrace-sink"),
+        checkpoint=str(checkpoint.resolve()),
         group="enricher",
         timeout_ms=900_000,
-        committed_through=-1,
+        timeout_set=False,
         batch_id=None,
     )
-    assert eos.transactional_id(3, 1) == f"millrace-{digest}-3-1"
-    assert eos.offsets_transactional_id == f"millrace-{digest}-offsets"
-    # the same directory as a file: URI (either spelling) gets the same prefix and log
+    # the same directory as a file: URI (either spelling) gets the same log
     for uri in (f"file://{checkpoint}", f"file:{checkpoint}"):
         same = _settings(deliveryGuarantee="exactly-once", checkpointLocation=uri)
-        assert same is not None and (same.prefix, same.log_dir) == (eos.prefix, eos.log_dir)
-    # the highest batch of the sink log (prepared or committed) is what tasks skip
-    SinkLog(str(eos.log_dir)).put(BatchRecord(4, "prepared"))
-    again = _settings(deliveryGuarantee="exactly-once", checkpointLocation=str(checkpoint))
-    assert again is not None and again.committed_through == 4
+        assert same is not None and same.log_dir == opts.log_dir
+
+
+def test_write_batch_sinks_have_a_log_each(tmp_path: Path) -> None:
+    """write_batch (batchId): one log per sink, named by the sink's name or its topic."""
+    base = {"deliveryGuarantee": "exactly-once", "checkpointLocation": str(tmp_path)}
+    by_topic = _settings(False, topic="orders-eu", batchId="12", **base)
+    named = _settings(False, topic="orders-eu", batchId="12", sinkName="audit", **base)
+    odd = _settings(False, topic=None, batchId="1", sinkName="../x y", **base)
+    sinks = tmp_path.resolve() / "millrace-sink" / "sinks"
+    assert by_topic is not None and by_topic.log_dir == str(sinks / "orders-eu")
+    assert named is not None and named.log_dir == str(sinks / "audit")
+    assert odd is not None and Path(str(odd.log_dir)).parent == sinks
+    assert sink_dir_name("../x y").startswith(".._x_y-") and sink_dir_name("a.b-c") == "a.b-c"
+    with pytest.raises(ExactlyOnceError, match="needs name="):
+        _settings(False, topic=None, batchId="1", **base)
 
 
 def test_prefix_timeout_and_batch_id_options(tmp_path: Path) -> None:
-    eos = _settings(
+    opts = _settings(
         False,
         {"transaction.timeout.ms": "60000"},
         deliveryGuarantee="exactly-once",
@@ -276,17 +395,18 @@ def test_prefix_timeout_and_batch_id_options(tmp_path: Path) -> None:
         batchId="12",
         transactionalIdPrefix="orders-sink",
     )
-    assert eos is not None
-    assert (eos.prefix, eos.timeout_ms, eos.batch_id) == ("orders-sink", 60_000, 12)
-    assert eos.log_dir == str(tmp_path.resolve() / "millrace-sink")
+    assert opts is not None
+    assert (opts.prefix, opts.timeout_ms, opts.timeout_set, opts.batch_id) == (
+        "orders-sink",
+        60_000,
+        True,
+        12,
+    )
 
 
-def test_a_batch_write_gets_a_random_prefix_and_no_log() -> None:
-    first = _settings(False, deliveryGuarantee="exactly-once")
-    second = _settings(False, deliveryGuarantee="exactly-once")
-    assert first is not None and second is not None
-    assert first.log_dir is None and first.batch_id is None and first.committed_through == -1
-    assert first.prefix.startswith("millrace-write-") and first.prefix != second.prefix
+def test_a_batch_write_has_no_log() -> None:
+    opts = _settings(False, deliveryGuarantee="exactly-once")
+    assert opts is not None and opts.log_dir is None and opts.batch_id is None
 
 
 def test_relative_and_tilde_checkpoints_resolve_as_spark_does(
@@ -301,6 +421,53 @@ def test_relative_and_tilde_checkpoints_resolve_as_spark_does(
         ("ckpt", tmp_path / "ckpt"),
         ("~/ckpt", tmp_path / "~" / "ckpt"),
     ):
-        eos = _settings(deliveryGuarantee="exactly-once", checkpointLocation=location)
-        assert eos is not None
-        assert eos.log_dir == str(expected.resolve() / "millrace-sink"), location
+        opts = _settings(deliveryGuarantee="exactly-once", checkpointLocation=location)
+        assert opts is not None
+        assert opts.log_dir == str(expected.resolve() / "millrace-sink"), location
+
+
+# --- names: which transactions are the sink's own ----------------------------------------------
+
+
+def _eos(prefix: str, sink_id: str, **kwargs: object) -> ExactlyOnce:
+    opts = SinkOptions(prefix, "/c/millrace-sink", "/c", None, 60_000, False)
+    return ExactlyOnce(opts, sink_id, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_sink_owns_exactly_its_own_transactional_ids() -> None:
+    """Neighbouring prefixes (``orders`` and ``orders-eu``) never match each other's ids."""
+    orders = _eos("orders", "0123456789abcdef")
+    orders_eu = _eos("orders-eu", "fedcba9876543210")
+    ids = {
+        orders.task_transactional_id(3, 17),
+        orders.driver_transactional_id,
+        orders_eu.task_transactional_id(3, 17),
+        orders_eu.driver_transactional_id,
+    }
+    assert {i for i in ids if orders.owns(i)} == {
+        "orders-0123456789abcdef-3-1",
+        "orders-0123456789abcdef-driver",
+    }
+    assert {i for i in ids if orders_eu.owns(i)} == {
+        "orders-eu-fedcba9876543210-3-1",
+        "orders-eu-fedcba9876543210-driver",
+    }
+    assert orders.is_task_id("orders-0123456789abcdef-3-1")
+    assert not orders.is_task_id(orders.driver_transactional_id)
+    assert orders.progress_group == "orders-0123456789abcdef"
+    # a bounded number of ids: the task attempt id picks one of SLOTS slots per partition
+    assert {orders.task_transactional_id(0, t) for t in range(1000)} == {
+        f"orders-0123456789abcdef-0-{s}" for s in range(SLOTS)
+    }
+
+
+def test_which_tasks_write() -> None:
+    """A batch the log holds is skipped, except the partitions to rewrite."""
+    fresh = _eos("p", "0" * 16, committed_through=4)
+    assert not fresh.task_writes(4, 0) and fresh.task_writes(5, 0)
+    some = _eos("p", "0" * 16, committed_through=4, rewrite=Rewrite(4, False, frozenset({1})))
+    assert some.task_writes(4, 1) and not some.task_writes(4, 0) and not some.task_writes(3, 1)
+    every = _eos("p", "0" * 16, committed_through=4, rewrite=Rewrite(4, True))
+    assert every.task_writes(4, 0) and every.task_writes(4, 9)
+    no_log = ExactlyOnce(SinkOptions("p", None, None, None, 60_000, False), "1" * 16)
+    assert no_log.task_writes(0, 0)
