@@ -7,8 +7,8 @@ A :class:`Cluster` starts from the bootstrap servers (``kafka.bootstrap.servers`
 the brokers and each topic's partitions and leaders from Metadata (v9, through ``kio``),
 keeps one blocking :class:`~spark_connector.kafka.connection.Connection` per broker address,
 and finds group and transaction coordinators with FindCoordinator (v3). Any request that any
-broker can answer (:meth:`Cluster.any_broker`) goes to the known brokers first, then to the
-bootstrap servers, each tried once per call; a connection that fails (refused, reset,
+broker can answer (:meth:`Cluster.any_broker`) goes to the bootstrap servers first, then to
+the other brokers the cluster listed, each tried once per call; a connection that fails (refused, reset,
 timed out, a frame that does not parse) is dropped and the next address tried.
 
 Retries belong to the caller's deadline: :meth:`Cluster.retrying` runs an attempt until it
@@ -144,10 +144,10 @@ class Cluster:
         return self.brokers.get(broker)
 
     def any_broker(self, entity: Any) -> Any:
-        """``entity`` answered by whichever broker answers first (known brokers, then the
-        bootstrap servers); :class:`Unreachable` when none does."""
+        """``entity`` answered by whichever broker answers first (the bootstrap servers, then
+        the other brokers the cluster listed); :class:`Unreachable` when none does."""
         tried: list[str] = []
-        for address in dict.fromkeys([*self.brokers.values(), *self.bootstrap]):
+        for address in dict.fromkeys([*self.bootstrap, *self.brokers.values()]):
             try:
                 return self.send(address, entity)
             except ConnectionError as exc:

@@ -6,7 +6,9 @@ Theory of operation. Once PrepareCommit or PrepareAbort of a transaction is in
 get a marker written to every partition of the transaction, however long that takes: it
 sends WriteTxnMarkers (v1) to each partition's current leader (looked up in the metadata
 cache at every attempt, so markers follow leader moves), one request per broker holding the
-markers of every transaction queued for it. Per partition:
+markers of every transaction queued for it, at most one request in flight per broker and none
+waiting for another broker's (a stopped or slow broker holds up only the markers of the
+partitions it leads). Per partition:
 
 * NONE: written; the partition is done.
 * NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
@@ -24,7 +26,8 @@ broker stops leading are dropped (``remove_partition``); the new coordinator res
 from its log, and partition leaders accept the same marker twice (the second is a no-op for
 the producer state and only costs a record).
 
-Concurrency: event loop only; one sender task owned by the channel (``start`` / ``close``).
+Concurrency: event loop only; one round task owned by the channel (``start`` / ``close``)
+and one send task per broker with a request in flight.
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ class TransactionMarkerChannel:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
+        self._busy: set[int] = set()  # brokers with a WriteTxnMarkers request in flight
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -115,6 +119,7 @@ class TransactionMarkerChannel:
                 await task
         self._task = None
         self._sends.clear()
+        self._busy.clear()
         self._pending.clear()
 
     # --- the coordinator's side -----------------------------------------------------------------
@@ -146,11 +151,12 @@ class TransactionMarkerChannel:
                 log.exception("transaction marker round failed")
                 retry = True
             if retry:
-                await asyncio.sleep(self._retry_backoff_s)
-                self._wakeup.set()
+                asyncio.get_running_loop().call_later(self._retry_backoff_s, self._wakeup.set)
 
     async def _send_round(self) -> bool:
-        """One attempt for every partition not yet done; True if some must be retried."""
+        """Send every partition not yet done whose leader has no request of this channel in
+        flight (a broker that is slow to answer holds up only its own partitions' markers);
+        True if some must be retried later (no leader known)."""
         retry = False
         finished = [p for p in self._pending if not p.remaining and not p.in_flight]
         for p in finished:
@@ -174,19 +180,43 @@ class TransactionMarkerChannel:
                 if info is None or info.leader < 0 or self._metadata.broker(info.leader) is None:
                     retry = True
                     continue
+                if info.leader in self._busy:
+                    continue  # sent when that broker's request in flight is answered
                 per_broker.setdefault(info.leader, []).append(tp)
             for broker_id, tps in per_broker.items():
                 p.in_flight.update(tps)
                 by_broker.setdefault(broker_id, []).append((p, tps))
             if not p.remaining and not p.in_flight:
                 await self._finish(p)
-        sends = [self._send(broker_id, batch) for broker_id, batch in by_broker.items()]
-        if sends:
-            results = await asyncio.gather(*sends, return_exceptions=True)
-            retry = retry or any(r is True or isinstance(r, BaseException) for r in results)
+        loop = asyncio.get_running_loop()
+        for broker_id, batch in by_broker.items():
+            self._busy.add(broker_id)
+            task = loop.create_task(
+                self._send_and_settle(broker_id, batch), name=f"txn-markers-{broker_id}"
+            )
+            self._sends.add(task)
+            task.add_done_callback(self._sends.discard)
+        return retry
+
+    async def _send_and_settle(
+        self, broker_id: int, batch: list[tuple[PendingMarkers, list[TopicPartition]]]
+    ) -> None:
+        """One broker's request, then the transactions it finished, then the next round."""
+        try:
+            retry = await self._send(broker_id, batch)
+        except Exception:
+            log.exception("WriteTxnMarkers to broker %d failed", broker_id)
+            for p, tps in batch:
+                p.in_flight.difference_update(tps)
+            retry = True
+        finally:
+            self._busy.discard(broker_id)
         for p in [p for p in self._pending if not p.remaining and not p.in_flight]:
             await self._finish(p)
-        return retry or any(p.remaining for p in self._pending)
+        if retry:
+            asyncio.get_running_loop().call_later(self._retry_backoff_s, self._wakeup.set)
+        else:
+            self._wakeup.set()
 
     async def _send(
         self, broker_id: int, batch: list[tuple[PendingMarkers, list[TopicPartition]]]
