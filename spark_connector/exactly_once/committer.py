@@ -223,6 +223,7 @@ class Committer:
                 r.transaction,
                 r.transaction,
                 list(r.outputs),
+                r.attempt,
             )
             for r in sorted(reports, key=lambda r: r.partition)
         ]
@@ -415,6 +416,7 @@ class Committer:
             entry.state = OPEN if report.transaction is not None else EMPTY
             entry.txn = entry.wrote = report.transaction
             entry.outputs = list(report.outputs)
+            entry.attempt = report.attempt
             replaced.append(entry)
         lost = self._prepare(client, replaced)
         if lost:

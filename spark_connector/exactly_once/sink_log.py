@@ -13,7 +13,8 @@ Files of one sink directory:
      "run": "<run>", "group": G | null, "offsets": {topic: {partition: offset}},
      "counts": {topic: partitions}, "partitions": <Spark partitions of the batch>,
      "error": "...",
-     "tasks": [{"partition": p, "rows": n, "state": "open" | "committed" | "lost" | "empty",
+     "tasks": [{"partition": p, "attempt": a, "rows": n,
+                "state": "open" | "committed" | "lost" | "empty",
                 "txn": [id, producer id, epoch] | null,      # the pair that ends it
                 "wrote": [id, producer id, epoch] | null,    # the pair that wrote it
                 "outputs": [[topic, partition, first offset, end offset], ...]}]}
@@ -76,10 +77,12 @@ class TaskEntry:
     txn: OpenTransaction | None = None
     wrote: OpenTransaction | None = None
     outputs: list[tuple[str, int, int, int]] = field(default_factory=list)
+    attempt: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
             "partition": self.partition,
+            "attempt": self.attempt,
             "rows": self.rows,
             "state": self.state,
             "txn": None if self.txn is None else self.txn.as_list(),
@@ -96,6 +99,7 @@ class TaskEntry:
             None if data.get("txn") is None else OpenTransaction.from_list(data["txn"]),
             None if data.get("wrote") is None else OpenTransaction.from_list(data["wrote"]),
             [(str(o[0]), int(o[1]), int(o[2]), int(o[3])) for o in data.get("outputs") or []],
+            int(data.get("attempt", 0)),
         )
 
 

@@ -160,10 +160,15 @@ def _load_job(name: str) -> ModuleType:
     return module
 
 
-def _sink_log(checkpoint: Path) -> dict[int, dict[str, Any]]:
+def _sink_log(checkpoint: Path, sink: str | None = None) -> dict[int, dict[str, Any]]:
+    """The batch records of the query's sink (or of ``write_batch`` sink ``sink``)."""
     directory = checkpoint / "millrace-sink"
+    if sink is not None:
+        directory = directory / "sinks" / sink
     assert directory.is_dir(), f"no sink log in {checkpoint}: {sorted(checkpoint.iterdir())}"
-    return {int(p.stem): json.loads(p.read_text()) for p in directory.glob("*.json")}
+    return {
+        int(p.stem): json.loads(p.read_text()) for p in directory.glob("*.json") if p.stem.isdigit()
+    }
 
 
 def _spark_batches(checkpoint: Path, log: str) -> list[int]:
@@ -221,7 +226,8 @@ def _unfinish_last_batch(checkpoint: Path, progress: list[dict[str, Any]]) -> in
     path = checkpoint / "millrace-sink" / f"{last}.json"
     record = json.loads(path.read_text())
     assert record["state"] == "committed", record
-    path.write_text(json.dumps(dict(record, state="prepared")))
+    tasks = [dict(t, state="open") if t["state"] == "committed" else t for t in record["tasks"]]
+    path.write_text(json.dumps(dict(record, state="prepared", tasks=tasks)))
     _forget_spark_commit(checkpoint, last)
     return last
 
@@ -253,8 +259,9 @@ def _check_pipeline(
         assert record["batch"] == batch
         assert record["state"] == "committed", record
         assert record["group"] == group
-        for txn_id, _pid, _epoch in record["transactions"]:
-            prefixes.add(txn_id.rsplit("-", 2)[0])
+        for task in record["tasks"]:
+            if task["txn"] is not None:
+                prefixes.add(task["txn"][0].rsplit("-", 2)[0])  # <prefix>-<sink id>
     for batch, record in sink_log.items():  # each batch's offsets: Spark's offsets/<N>
         spark_offsets = json.loads(
             (checkpoint / "offsets" / str(batch)).read_text().splitlines()[2]
@@ -427,7 +434,7 @@ def test_write_batch_in_foreach_batch_writes_a_replayed_batch_once(
     assert set(out) == {(k, v + "!") for k, v in records}
     ends = _end_offsets(bs, source)
     assert _committed(bs, group, source) == ends
-    sink_log = _sink_log(checkpoint)
+    sink_log = _sink_log(checkpoint, sink)
     assert set(calls) <= set(sink_log)
     assert all(r["state"] == "committed" for r in sink_log.values()), sink_log
     assert {int(p): o for p, o in sink_log[max(calls)]["offsets"][source].items()} == ends

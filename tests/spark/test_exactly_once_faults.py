@@ -561,18 +561,33 @@ class Pipeline:
         with TxnClient(self.bootstrap, timeout_s=30) as client:
             return client.describe(txn_id)
 
-    def task_ids(self, attempt: int = 0) -> set[str]:
-        return {f"{self.prefix}-{p}-{attempt}" for p in range(INPUT_PARTITIONS)}
+    @staticmethod
+    def partition_of(txn_id: str) -> int:
+        """The Spark partition of a task's transactional id ``<prefix>-<sink id>-<p>-<slot>``."""
+        return int(txn_id.rsplit("-", 2)[1])
+
+    def open_tasks(self) -> dict[int, set[str]]:
+        """The sink's open task transactions by Spark partition."""
+        out: dict[int, set[str]] = {}
+        for txn_id in self.ongoing():
+            if not txn_id.endswith("-driver"):
+                out.setdefault(self.partition_of(txn_id), set()).add(txn_id)
+        return out
 
     def tasks_open(self, batch: int) -> bool:
         """Batch ``batch`` is running (Spark planned it, so the batch before it is
-        committed), the first attempts of its write tasks hold open transactions and its
-        commit has not begun (no ``<batch>.json``)."""
+        committed), its write tasks hold open transactions and its commit has not begun (no
+        ``<batch>.json``)."""
         return (
             self.spark_log_has("offsets", batch)
-            and self.task_ids() <= self.ongoing()
+            and set(range(INPUT_PARTITIONS)) <= set(self.open_tasks())
             and self.sink_log(batch) is None
         )
+
+    @staticmethod
+    def committed_tasks(record: dict[str, Any]) -> dict[int, dict[str, Any]]:
+        """A batch record's tasks that wrote, by Spark partition."""
+        return {t["partition"]: t for t in record["tasks"] if t["txn"] is not None}
 
     # --- the checks ---
 
@@ -735,10 +750,11 @@ def test_python_worker_killed_mid_task(pipeline: Callable[..., Pipeline]) -> Non
     assert lost, "Spark logged no failed task after its Python workers were killed"
     record = p.sink_log(FAULT_BATCH)
     assert record is not None and record["state"] == "committed", record
-    committed_ids = {t[0] for t in record["transactions"]}
-    attempts = {int(t.rsplit("-", 1)[1]) for t in committed_ids}
-    assert len(committed_ids) == INPUT_PARTITIONS and min(attempts) >= 1, (
-        f"batch {FAULT_BATCH} was not committed by retried attempts: {committed_ids}"
+    tasks = p.committed_tasks(record)
+    committed_ids = {t["txn"][0] for t in tasks.values()}
+    attempts = {t["attempt"] for t in tasks.values()}
+    assert len(tasks) == INPUT_PARTITIONS and min(attempts) >= 1, (
+        f"batch {FAULT_BATCH} was not committed by retried attempts: {record['tasks']}"
     )
     p.verify(
         "Python worker killed mid-task",
@@ -867,9 +883,9 @@ def test_speculative_duplicate_tasks(
     both: set[str] = set()
 
     def batch_done() -> bool:
-        open_now = p.ongoing()
-        if {f"{p.prefix}-0-0", f"{p.prefix}-0-1"} <= open_now:
-            both.update(open_now)
+        open_now = p.open_tasks()
+        if len(open_now.get(0, ())) >= 2:  # both attempts of task 0 (ids of their own)
+            both.update(open_now[0])
         return p.spark_log_has("commits", FAULT_BATCH)
 
     p.until(batch_done, f"batch {FAULT_BATCH} committed", run)
@@ -887,10 +903,11 @@ def test_speculative_duplicate_tasks(
     assert speculative, "Spark's event log shows no speculative task attempt"
     record = p.sink_log(FAULT_BATCH)
     assert record is not None and record["state"] == "committed", record
-    committed_ids = {t[0] for t in record["transactions"]}
-    assert f"{p.prefix}-0-1" in committed_ids, (
+    tasks = p.committed_tasks(record)
+    committed_ids = {t["txn"][0] for t in tasks.values()}
+    assert tasks[0]["attempt"] == 1, (
         f"batch {FAULT_BATCH} was not committed with the speculative attempt of task 0: "
-        f"{committed_ids}"
+        f"{record['tasks']}"
     )
     p.verify(
         "speculative duplicate task (standalone, 2 hosts)",
@@ -920,11 +937,14 @@ def test_driver_killed(pipeline: Callable[..., Pipeline], when: str) -> None:
         p.until(
             lambda: p.tasks_open(n), f"the write tasks of batch {n} holding open transactions", run
         )
-        epochs = {t: int(p.describe(t).producer_epoch) for t in sorted(p.task_ids())}
+        old = {}
+        for txn_id in sorted(set().union(*p.open_tasks().values())):
+            state = p.describe(txn_id)
+            old[txn_id] = (int(state.producer_id), int(state.producer_epoch))
         p.kill(run)
         assert p.sink_log(n) is None and p.spark_log_has("offsets", n)
         assert not p.spark_log_has("commits", n)
-        evidence.append(f"killed with batch {n} planned, open transactions {epochs}, no {n}.json")
+        evidence.append(f"killed with batch {n} planned, open transactions {old}, no {n}.json")
     elif when == "during":
         run = p.submit(pause=f"ended={PAUSE_S}")
 
@@ -932,8 +952,8 @@ def test_driver_killed(pipeline: Callable[..., Pipeline], when: str) -> None:
             record = p.sink_log(n)
             if record is None or record["state"] != "prepared":
                 return False
-            first = record["transactions"][0][0]
-            return str(p.describe(first).transaction_state) == "CompleteCommit"
+            first = record["tasks"][0]["txn"][0]
+            return str(p.describe(first).state) == "CompleteCommit"
 
         p.until(at_ended, f"the committer of batch {n} pausing at 'ended'", run)
         p.kill(run)
@@ -975,16 +995,23 @@ def test_driver_killed(pipeline: Callable[..., Pipeline], when: str) -> None:
     assert record is not None and record["state"] == "committed", record
     assert p.spark_log_has("commits", n)
     if when == "before":
-        newer = {t: e for t, _pid, e in record["transactions"]}
-        assert set(newer) == set(epochs) and all(newer[t] > epochs[t] for t in epochs), (
-            f"batch {n} was not rewritten by fenced, newer producers: {newer} vs {epochs}"
+        newer = {t["txn"][0]: (t["txn"][1], t["txn"][2]) for t in record["tasks"] if t["txn"]}
+        assert not any(old.get(i) == pair for i, pair in newer.items()), (
+            f"batch {n} was committed with a transaction of the killed run: {newer} vs {old}"
         )
-        evidence.append(f"rewritten with epochs {newer}")
+        for txn_id, (pid, epoch) in old.items():
+            state = p.describe(txn_id)
+            assert not (
+                state.state == "Ongoing"
+                and (state.producer_id, state.producer_epoch) == (pid, epoch)
+            ), f"the killed run's transaction {txn_id} is still open: {state}"
+        evidence.append(f"rewritten by other producers {newer}; the killed run's fenced")
     else:
         assert logged is not None
-        assert record["transactions"] == logged["transactions"], (
+        txns = [t["txn"] for t in record["tasks"]]
+        assert txns == [t["txn"] for t in logged["tasks"]], (
             f"batch {n} was committed with other transactions than it logged: "
-            f"{record['transactions']} vs {logged['transactions']}"
+            f"{record['tasks']} vs {logged['tasks']}"
         )
         evidence.append("finished with the logged transactions")
     p.verify(f"driver killed {when} the commit", "; ".join(evidence))
@@ -999,8 +1026,7 @@ def test_broker_killed_mid_batch(pipeline: Callable[..., Pipeline]) -> None:
     p.until(lambda: p.tasks_open(n), f"the write tasks of batch {n} holding open transactions", run)
     victim = cluster.describe(p.output)[0][0]
     covered = {
-        t: sorted((str(x.topic), int(q)) for x in p.describe(t).topics for q in x.partitions)
-        for t in sorted(p.task_ids())
+        t: sorted(p.describe(t).partitions) for t in sorted(set().union(*p.open_tasks().values()))
     }
     assert all((p.output, 0) in parts for parts in covered.values()), covered
     kill_broker(cluster, victim)

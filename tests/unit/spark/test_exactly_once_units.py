@@ -75,6 +75,7 @@ def test_batch_record_json_round_trip() -> None:
     assert data["offsets"] == {"orders": {"0": 64, "1": 65, "10": 0}, "other": {"3": 9_000_000_000}}
     assert data["tasks"][0] == {
         "partition": 0,
+        "attempt": 0,
         "rows": 64,
         "state": "open",
         "txn": ["millrace-ab-0-3", 12, 4],
