@@ -318,6 +318,58 @@ def test_streaming_exactly_once_with_group_offsets_and_a_restart(
     _check_pipeline(bs, source, sink, group, checkpoint, first + second)
 
 
+def test_two_queries_with_neighbouring_prefixes_run_at_once(
+    spark: Any, cluster: Any, topic_name: str, tmp_path: Path
+) -> None:
+    """Two exactly-once queries at the same time, transactional id prefixes ``orders`` and
+    ``orders-eu``: each commit fences only its own sink's leftovers (the old sink fenced every
+    open transaction whose id started with ``orders-``, the other query's included, failing
+    its commit), so both finish with every record exactly once."""
+    bs = cluster.bootstrap
+    job = _load_job("enrich_exactly_once")
+    queries = []
+    pipelines = []
+    for prefix in ("orders", "orders-eu"):
+        source = cluster.create_topic(f"{topic_name}-{prefix}-in", PARTITIONS)
+        sink = cluster.create_topic(f"{topic_name}-{prefix}-out", PARTITIONS)
+        records = [(f"{prefix}-k{i}", f"{prefix}-v{i}") for i in range(400)]
+        _produce(bs, source, records)
+        checkpoint = tmp_path / prefix
+        group = f"{topic_name}-{prefix}"
+        args = job.parse_args(
+            [
+                "--bootstrap",
+                bs,
+                "--input",
+                source,
+                "--output",
+                sink,
+                "--group",
+                group,
+                "--checkpoint",
+                str(checkpoint),
+                "--available-now",
+                "--max-offsets-per-trigger",
+                "40",
+                "--option",
+                f"transactionalIdPrefix={prefix}",
+            ]
+        )
+        pipelines.append((source, sink, group, checkpoint, records))
+        queries.append(job.build_query(spark, args))
+    try:
+        for query in queries:
+            assert query.awaitTermination(180), "a query did not finish in 180 s"
+            assert query.exception() is None, query.exception()
+        batches = [len([p for p in q.recentProgress if p["numInputRows"] > 0]) for q in queries]
+    finally:
+        for query in queries:
+            query.stop()
+    assert min(batches) >= 5, batches  # many commits of each while the other had tasks open
+    for source, sink, group, checkpoint, records in pipelines:
+        _check_pipeline(bs, source, sink, group, checkpoint, records)
+
+
 # --- 2. batch df.write -----------------------------------------------------------------------
 
 

@@ -501,10 +501,12 @@ class Pipeline:
             time.sleep(0.5)
         return int(run.proc.returncode)
 
-    def complete(self, run: SparkRun | None, *, script: Path = REAL_JOB) -> None:
+    def complete(
+        self, run: SparkRun | None, *, script: Path = REAL_JOB, job_args: tuple[str, ...] = ()
+    ) -> None:
         """Wait for ``run`` (None: it was killed); while the last run did not succeed, restart
-        the job from the checkpoint with ``--available-now`` (no fault injected), up to 3
-        times."""
+        the job from the checkpoint with ``--available-now`` (no fault injected; ``job_args``
+        as the first run had them), up to 3 times."""
         rc = self.wait_run(run) if run is not None else None
         restarts = 0
         while rc != 0:
@@ -513,13 +515,20 @@ class Pipeline:
                 f"(exit {rc}) ends:\n{self.runs[-1].tail()}"
             )
             restarts += 1
-            rc = self.wait_run(self.submit(script=script))
+            rc = self.wait_run(self.submit(script=script, job_args=job_args))
 
     def until(
-        self, predicate: Callable[[], Any], what: str, run: SparkRun, timeout_s: float = 150.0
+        self,
+        predicate: Callable[[], Any],
+        what: str,
+        run: SparkRun,
+        timeout_s: float = 150.0,
+        *,
+        sample: bool = True,
     ) -> Any:
         """Poll ``predicate`` while ``run`` is alive (failing if it ends first), sampling the
-        group's offsets against the visible output on the way."""
+        group's offsets against the visible output on the way (unless ``sample`` is False: a
+        sample can take seconds, longer than a short window to act in)."""
         deadline = time.monotonic() + timeout_s
         while True:
             value = predicate()
@@ -530,7 +539,8 @@ class Pipeline:
                 f"ends:\n{run.tail()}"
             )
             assert time.monotonic() < deadline, f"{what}: not within {timeout_s:g}s"
-            self.maybe_sample(f"waiting for {what}")
+            if sample:
+                self.maybe_sample(f"waiting for {what}")
             time.sleep(0.1)
 
     # --- the checkpoint, the sink's log, the coordinator ---
@@ -1086,4 +1096,73 @@ def test_coordinator_killed_during_commit(pipeline: Callable[..., Pipeline]) -> 
         "transaction coordinator SIGKILLed during the commit",
         f"broker {victim} (coordinator of {sorted(open_txns)}) killed with {n}.json prepared; "
         f"batch {n} committed through broker {new_coordinator} while it was down",
+    )
+
+
+# --- several sinks per batch (foreachBatch fan-out) ----------------------------------------------
+
+FAN_OUT_JOB = REPO / "jobs" / "fan_out_exactly_once.py"
+FAN_OUT_PAUSE_S = 5
+
+
+@pytest.mark.parametrize("when", ["between", pytest.param("during", marks=pytest.mark.long)])
+def test_fan_out_sinks_survive_a_driver_kill(pipeline: Callable[..., Pipeline], when: str) -> None:
+    """``jobs/fan_out_exactly_once.py``: every batch to two topics with two ``write_batch``
+    sinks, the source offsets with the second. The driver is SIGKILLed between the two
+    sinks' commits of batch 1 (the first committed, the second not begun), or during the
+    second's (prepared, nothing ended). The restarted job replays batch 1: the first sink
+    skips it, the second writes or finishes it; both outputs hold every record once and the
+    group's offsets are never ahead of either. (The old sink kept one log per checkpoint and
+    skipped the second sink's writes of every batch for good.)"""
+    p = pipeline(f"fan-out-{when}")
+    # the job writes its first --output (``first``, from job_args) then the pipeline's own,
+    # which the source offsets go with
+    first = p.cluster.create_topic(f"{p.output}-1", OUTPUT_PARTITIONS, replication_factor=3)
+    n = FAULT_BATCH
+    sinks = p.checkpoint / "millrace-sink" / "sinks"
+
+    def record(topic: str) -> dict[str, Any] | None:
+        try:
+            data: dict[str, Any] = json.loads((sinks / topic / f"{n}.json").read_text())
+        except FileNotFoundError:
+            return None
+        return data
+
+    point = "committed" if when == "between" else "prepared"
+    job_args = ("--output", first)
+    run = p.submit(script=FAN_OUT_JOB, job_args=job_args, pause=f"{point}={FAN_OUT_PAUSE_S}")
+    if when == "between":
+        p.until(
+            lambda: (record(first) or {}).get("state") == "committed" and record(p.output) is None,
+            f"batch {n} committed to the first sink only",
+            run,
+            sample=False,
+        )
+    else:
+        p.until(
+            lambda: (record(p.output) or {}).get("state") == "prepared",
+            f"batch {n} prepared in the second sink",
+            run,
+            sample=False,
+        )
+    p.kill(run)
+    first_record, second_record = record(first), record(p.output)
+    assert first_record is not None and first_record["state"] == "committed"
+    assert not p.spark_log_has("commits", n)
+    p.sample(f"driver killed {when} the sinks")
+    p.complete(None, script=FAN_OUT_JOB, job_args=job_args)
+    after = record(p.output)
+    assert after is not None and after["state"] == "committed", after
+    assert record(first) == first_record, "the first sink wrote batch 1 again"
+    rows = read_topic(p.bootstrap, first, OUTPUT_PARTITIONS, committed=True, timeout_s=60)
+    assert rows is not None
+    got = Counter((key, value) for _p, _o, key, value in rows)
+    assert set(got) == set(p.value_of.values()) and max(got.values()) == 1, (
+        f"the first output is not exactly the input once: {len(rows)} rows, "
+        f"{len(set(got))} distinct, {len(p.value_of)} expected"
+    )
+    p.verify(
+        f"foreachBatch fan-out, driver killed {when} the sinks' commits",
+        f"killed with batch {n} {'committed to the first sink only' if when == 'between' else 'prepared in the second sink'}"
+        f" (second sink's record then: {None if second_record is None else second_record['state']})",
     )
