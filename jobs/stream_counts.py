@@ -53,6 +53,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--window", default="1 minute", help="window length (default 1 minute)")
     p.add_argument("--watermark", default="10 minutes", help="allowed event lateness")
     p.add_argument("--starting-offsets", default="earliest", help="first run only")
+    p.add_argument(
+        "--isolation-level",
+        choices=("read_committed", "read_uncommitted"),
+        default="read_committed",
+        help="read only committed transactions (the default: an exactly-once producer's "
+        "open or aborted output is never read)",
+    )
     p.add_argument("--max-offsets-per-trigger", type=int, default=None)
     p.add_argument("--trigger-interval", default="5 seconds", help="processing-time trigger")
     p.add_argument("--available-now", action="store_true", help="process the backlog, stop")
@@ -72,6 +79,7 @@ def build_query(spark: Any, args: argparse.Namespace) -> Any:
         .option("kafka.bootstrap.servers", args.bootstrap)
         .option("subscribe", args.input)
         .option("startingOffsets", args.starting_offsets)
+        .option("kafka.isolation.level", args.isolation_level)
     )
     if args.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))

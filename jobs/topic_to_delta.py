@@ -54,6 +54,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint", required=True, help="streaming checkpoint directory")
     p.add_argument("--app-id", default=None, help="Delta txnAppId (default: from --table)")
     p.add_argument("--starting-offsets", default="earliest", help="first run only")
+    p.add_argument(
+        "--isolation-level",
+        choices=("read_committed", "read_uncommitted"),
+        default="read_committed",
+        help="read only committed transactions (the default: an exactly-once producer's "
+        "open or aborted output is never read)",
+    )
     p.add_argument("--max-offsets-per-trigger", type=int, default=None)
     p.add_argument("--decode", action="store_true", help="key and value as UTF-8 strings")
     p.add_argument("--group", default=None, help="commit the consumed offsets to this group")
@@ -131,6 +138,7 @@ def build_query(spark: Any, args: argparse.Namespace) -> Any:
         .option("kafka.bootstrap.servers", args.bootstrap)
         .option("subscribe", args.topic)
         .option("startingOffsets", args.starting_offsets)
+        .option("kafka.isolation.level", args.isolation_level)
     )
     if args.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))

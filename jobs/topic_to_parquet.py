@@ -32,6 +32,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", required=True, help="Parquet output directory")
     p.add_argument("--starting-offsets", default="earliest")
     p.add_argument("--ending-offsets", default="latest")
+    p.add_argument(
+        "--isolation-level",
+        choices=("read_committed", "read_uncommitted"),
+        default="read_committed",
+        help="read only committed transactions (the default)",
+    )
     p.add_argument("--decode", action="store_true", help="key and value as UTF-8 strings")
     p.add_argument("--headers", action="store_true", help="include the headers column")
     p.add_argument(
@@ -52,6 +58,7 @@ def run(spark: Any, args: argparse.Namespace) -> int:
         .option("kafka.bootstrap.servers", args.bootstrap)
         .option("subscribe", args.topic)
         .option("startingOffsets", args.starting_offsets)
+        .option("kafka.isolation.level", args.isolation_level)
         .option("endingOffsets", args.ending_offsets)
         .option("includeHeaders", "true" if args.headers else "false")
         .load()

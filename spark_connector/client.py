@@ -17,9 +17,12 @@ from collections.abc import Iterable
 from types import TracebackType
 
 from spark_connector.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
-from spark_connector.options import OffsetKind, OffsetSpec, ReadOptions
-
-REQUEST_TIMEOUT_S = 30.0
+from spark_connector.options import (
+    METADATA_TIMEOUT_OPTION,
+    OffsetKind,
+    OffsetSpec,
+    ReadOptions,
+)
 
 
 class KafkaMetadataClient:
@@ -29,7 +32,21 @@ class KafkaMetadataClient:
         from confluent_kafka import Consumer
 
         self._options = options
+        self._timeout_s = options.metadata_timeout_ms / 1000
         self._consumer = Consumer(options.client_config())
+
+    def _unreachable(self, exc: Exception, started: float) -> RuntimeError:
+        """The error of a look-up no broker answered, naming the servers, the time waited
+        and the option that sets it."""
+        import time
+
+        return RuntimeError(
+            f"no broker of kafka.bootstrap.servers={self._options.bootstrap_servers!r} answered "
+            f"the driver's metadata request in {time.monotonic() - started:.0f} s "
+            f"(librdkafka: {exc}). Check the address and that the brokers run; option "
+            f"'{METADATA_TIMEOUT_OPTION}' sets how long to wait (now "
+            f"{self._options.metadata_timeout_ms} ms)"
+        )
 
     def close(self) -> None:
         self._consumer.close()
@@ -49,7 +66,15 @@ class KafkaMetadataClient:
 
     def topic_partitions(self) -> dict[str, list[int]]:
         """Every (non-internal for patterns) topic the cluster knows, with its partitions."""
-        md = self._consumer.list_topics(timeout=REQUEST_TIMEOUT_S)
+        import time
+
+        from confluent_kafka import KafkaException
+
+        started = time.monotonic()
+        try:
+            md = self._consumer.list_topics(timeout=self._timeout_s)
+        except KafkaException as exc:
+            raise self._unreachable(exc, started) from exc
         out: dict[str, list[int]] = {}
         for name, topic in md.topics.items():
             if topic.error is not None:
@@ -85,7 +110,7 @@ class KafkaMetadataClient:
 
         request = [CKTopicPartition(tp.topic, tp.partition, ts) for tp, ts in sorted(query.items())]
         try:
-            answer = self._consumer.offsets_for_times(request, timeout=REQUEST_TIMEOUT_S)
+            answer = self._consumer.offsets_for_times(request, timeout=self._timeout_s)
         except KafkaException as exc:
             raise RuntimeError(f"ListOffsets failed for {sorted(query)}: {exc}") from exc
         out: dict[TopicPartition, int] = {}
@@ -109,6 +134,46 @@ class KafkaMetadataClient:
         """Earliest offset whose timestamp is >= the target, -1 where there is none."""
         return self._list_offsets(stamps)
 
+    def group_offsets(self, tps: list[TopicPartition]) -> PartitionOffsets:
+        """``startingOffsets=group``: the committed offsets of ``kafka.group.id`` (read with
+        require_stable: a pending transactional commit is waited for); a partition the group
+        has no offset for starts at ``startingOffsetsGroupFallback``. Offsets outside the log
+        (retention moved past them) are left for the data-loss policy."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka import TopicPartition as CKTopicPartition
+
+        if not tps:
+            return {}
+        try:
+            answer = self._consumer.committed(
+                [CKTopicPartition(tp.topic, tp.partition) for tp in sorted(tps)],
+                timeout=self._timeout_s,
+            )
+        except KafkaException as exc:
+            raise RuntimeError(
+                f"option 'startingOffsets': cannot read the committed offsets of group "
+                f"{self._options.group_id!r}: {exc}"
+            ) from exc
+        out: PartitionOffsets = {}
+        missing: list[TopicPartition] = []
+        for ctp in answer:
+            tp = TopicPartition(ctp.topic, ctp.partition)
+            if ctp.error is not None:
+                raise RuntimeError(
+                    f"option 'startingOffsets': the committed offset of group "
+                    f"{self._options.group_id!r} for {tp.topic}[{tp.partition}]: {ctp.error}"
+                )
+            if ctp.offset < 0:
+                missing.append(tp)
+            else:
+                out[tp] = int(ctp.offset)
+        if missing:
+            fallback = self._options.group_fallback
+            out.update(
+                self.earliest(missing) if fallback is OffsetKind.EARLIEST else self.latest(missing)
+            )
+        return out
+
     # --- resolving user positions ----------------------------------------------------------
 
     def resolve(
@@ -122,6 +187,8 @@ class KafkaMetadataClient:
         ``error``) or resolves to latest (strategy ``latest``)."""
         if spec.kind is OffsetKind.EARLIEST:
             return self.earliest(tps)
+        if spec.kind is OffsetKind.GROUP:
+            return self.group_offsets(tps)
         if spec.kind is OffsetKind.LATEST:
             return self.latest(tps)
         if spec.kind in (OffsetKind.OFFSETS, OffsetKind.TIMESTAMPS):

@@ -13,7 +13,10 @@ format name:
   ``assign`` (JSON ``{"topicA":[0,1]}``).
 * starting position, highest priority first: ``startingTimestamp`` (one epoch-ms for every
   partition), ``startingOffsetsByTimestamp`` (JSON of epoch-ms), ``startingOffsets``
-  (``earliest``, ``latest`` or JSON with -2 = earliest, -1 = latest). Batch queries default to
+  (``earliest``, ``latest``, JSON with -2 = earliest, -1 = latest, or ``group``: the
+  committed offsets of the consumer group ``kafka.group.id``, and for a partition the group
+  has none, ``startingOffsetsGroupFallback`` = ``earliest`` (default) or ``latest``; a way to
+  start a new checkpoint where an exactly-once pipeline's group is). Batch queries default to
   ``earliest``, streaming queries to ``latest``. ``startingOffsetsByTimestampStrategy`` =
   ``error`` (default: fail when no record has a timestamp >= the target) or ``latest``.
 * ending position (batch only), same shapes: ``endingTimestamp``, ``endingOffsetsByTimestamp``,
@@ -22,7 +25,9 @@ format name:
 * ``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``, ``maxTriggerDelay`` (``15m`` default),
   ``minPartitions``, ``maxRecordsPerPartition`` (positive integers), ``failOnDataLoss``
   (default true), ``includeHeaders`` (default false), ``kafkaConsumer.pollTimeoutMs``
-  (default 120000).
+  (default 120000), ``kafka.default.api.timeout.ms`` (the Java client's name: how long the
+  driver waits for the brokers' metadata and offsets, default 30000; not passed to
+  librdkafka).
 * ``readAs`` (batch only): ``records`` (default) or ``table``: one row per live key of a
   compacted topic, its latest record (see :func:`spark_connector.reader.latest_per_key`);
   with the default positions each task reads its partition as it is when the task runs, so
@@ -35,7 +40,9 @@ format name:
   a confluent-kafka consumer per task (every security setting librdkafka has).
 
 Spark hands options over in a case-insensitive dict; names are matched case-insensitively.
-Every error is a ``ValueError`` whose message starts with the offending option's name.
+Every error is a ``ValueError`` whose message starts with the offending option's name. An
+option no reader or writer of the format knows is ignored, as Spark's connector ignores it,
+but logged once per process with the closest known name (:func:`warn_unknown_options`).
 :class:`ReadOptions` is a frozen, picklable value: it travels to executors inside the reader.
 """
 
@@ -57,6 +64,10 @@ from spark_connector.offsets import (
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+DEFAULT_METADATA_TIMEOUT_MS = 30_000
+METADATA_TIMEOUT_OPTION = "kafka.default.api.timeout.ms"
+_CONNECTOR_KAFKA_PARAMS = frozenset({"default.api.timeout.ms"})
+"""``kafka.*`` options the connector reads itself (Java client names librdkafka lacks)."""
 
 _FORBIDDEN_KAFKA_PARAMS = {
     "auto.offset.reset": "use 'startingOffsets' to choose where to start",
@@ -75,6 +86,7 @@ class OffsetKind(Enum):
     OFFSETS = "offsets"  # per-partition offsets (may hold -2 / -1)
     TIMESTAMP = "timestamp"  # one epoch-ms timestamp for every partition
     TIMESTAMPS = "timestamps"  # per-partition epoch-ms timestamps
+    GROUP = "group"  # the committed offsets of kafka.group.id
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +125,14 @@ class ReadOptions:
     group_id_prefix: str = "spark-millrace-source"
     read_as_table: bool = False
     fetcher: str = "auto"
+    group_fallback: OffsetKind = OffsetKind.EARLIEST
+    metadata_timeout_ms: int = DEFAULT_METADATA_TIMEOUT_MS
+
+    @property
+    def group_id(self) -> str | None:
+        """``kafka.group.id``, when given."""
+        value = self.kafka_params.get("group.id")
+        return value.strip() if value is not None and value.strip() else None
 
     def uses_direct_fetch(self) -> bool:
         """Whether tasks fetch record batches themselves (option ``fetcher``)."""
@@ -130,7 +150,9 @@ class ReadOptions:
             "group.id": self.group_id_prefix,
             "isolation.level": "read_uncommitted",
         }
-        conf.update(self.kafka_params)
+        conf.update(
+            {k: v for k, v in self.kafka_params.items() if k not in _CONNECTOR_KAFKA_PARAMS}
+        )
         conf["bootstrap.servers"] = self.bootstrap_servers
         conf["enable.auto.commit"] = False
         conf.update(extra)
@@ -241,9 +263,14 @@ def _offset_spec(
         return OffsetSpec(OffsetKind.EARLIEST, off_name)
     if text.lower() == "latest":
         return OffsetSpec(OffsetKind.LATEST, off_name)
+    if text.lower() == "group" and prefix == "starting":
+        return OffsetSpec(OffsetKind.GROUP, off_name)
     if not text.startswith("{"):
+        choices = (
+            "'earliest', 'latest', 'group'" if prefix == "starting" else "'earliest', 'latest'"
+        )
         raise ValueError(
-            f"option '{off_name}' must be 'earliest', 'latest' or JSON like "
+            f"option '{off_name}' must be {choices} or JSON like "
             f'{{"topicA":{{"0":23,"1":-1}}}}, got {raw!r}'
         )
     offsets = parse_partition_json(text, off_name)
@@ -357,6 +384,30 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
                         f"{[f'{tp.topic}[{tp.partition}]' for tp in extra]}"
                     )
 
+    fallback_raw = opts.get("startingoffsetsgroupfallback")
+    fallback = OffsetKind.EARLIEST
+    if fallback_raw is not None:
+        if starting.kind is not OffsetKind.GROUP:
+            raise ValueError("option 'startingOffsetsGroupFallback' needs startingOffsets=group")
+        value = fallback_raw.strip().lower()
+        if value not in ("earliest", "latest"):
+            raise ValueError(
+                "option 'startingOffsetsGroupFallback' must be 'earliest' (the default) or "
+                f"'latest', got {fallback_raw!r}"
+            )
+        fallback = OffsetKind(value)
+    if starting.kind is OffsetKind.GROUP and not (params.get("group.id") or "").strip():
+        raise ValueError(
+            "option 'startingOffsets': 'group' starts from the committed offsets of the "
+            "consumer group named by option 'kafka.group.id', which is not set"
+        )
+    metadata_raw = opts.get(METADATA_TIMEOUT_OPTION)
+    metadata_timeout = (
+        DEFAULT_METADATA_TIMEOUT_MS
+        if metadata_raw is None
+        else _positive_int(opts, METADATA_TIMEOUT_OPTION) or DEFAULT_METADATA_TIMEOUT_MS
+    )
+
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise ValueError(
@@ -440,6 +491,8 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         group_id_prefix=prefix,
         read_as_table=read_as == "table",
         fetcher=fetcher,
+        group_fallback=fallback,
+        metadata_timeout_ms=metadata_timeout,
     )
 
 

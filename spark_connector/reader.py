@@ -478,6 +478,16 @@ def _input_partitions(ranges: list[OffsetRange]) -> list[MillraceInputPartition]
     return [MillraceInputPartition(r) for r in ranges]
 
 
+def _nothing_subscribed(opts: ReadOptions) -> str:
+    """Why a subscription covers no partition, naming the topics or the pattern."""
+    if opts.subscribe is not None:
+        names = ", ".join(f"'{t}'" for t in opts.subscribe)
+        return f"option 'subscribe': no topic {names} exists"
+    if opts.subscribe_pattern is not None:
+        return f"option 'subscribePattern': no topic matches '{opts.subscribe_pattern}'"
+    return "option 'assign' names no partition"
+
+
 class MillraceBatchReader(DataSourceReader):
     """``spark.read.format("millrace")``: a fixed offset range per partition, resolved once
     (on the first :meth:`partitions` call) on the driver."""
@@ -493,6 +503,11 @@ class MillraceBatchReader(DataSourceReader):
         with KafkaMetadataClient(opts) as client:
             tps = client.partitions()
             if not tps:
+                log.warning(
+                    "millrace reader: %s: the DataFrame is empty (as Spark's Kafka source "
+                    "reads it)",
+                    _nothing_subscribed(opts),
+                )
                 return []
             start = client.resolve(opts.starting, tps, starting=True)
             end = client.resolve(opts.ending, tps, starting=False)
@@ -516,7 +531,8 @@ class MillraceBatchReader(DataSourceReader):
         return _input_partitions(self.plan())
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, MillraceInputPartition)
+        if not isinstance(partition, MillraceInputPartition):
+            return  # Spark's stand-in when planning found no partition: an empty DataFrame
         schema = arrow_schema(self.schema)
         batches = read_range(self.options, partition.range, schema)
         if self.options.read_as_table:
@@ -663,5 +679,6 @@ class MillraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # --- executor side -------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, MillraceInputPartition)
+        if not isinstance(partition, MillraceInputPartition):
+            return  # Spark's stand-in for a micro-batch without a partition
         yield from read_range(self.options, partition.range, arrow_schema(self.schema))

@@ -212,13 +212,15 @@ def _exactly_once(
         )
         if opts is None:
             return None
-        return open_sink(opts, plan.bootstrap_servers)
+        raw = plan.producer_options.get("request.timeout.ms", "30000")
+        timeout_s = int(raw) / 1000 if raw.strip().isdigit() else 30.0
+        return open_sink(opts, plan.bootstrap_servers, timeout_s)
     except ExactlyOnceError as exc:
         raise WriteOptionError(str(exc)) from None
     except KafkaRequestError as exc:
         raise WriteOptionError(
-            f"'deliveryGuarantee=exactly-once': cannot reach the brokers to check their "
-            f"transaction support: {exc}"
+            f"'deliveryGuarantee=exactly-once': cannot check the brokers' transaction "
+            f"support: {exc}"
         ) from exc
 
 

@@ -196,7 +196,7 @@ def fence_leftovers(client: TxnClient, eos: ExactlyOnce, keep: set[str], timeout
     return len(leftovers)
 
 
-def open_sink(opts: SinkOptions, bootstrap: str) -> ExactlyOnce:
+def open_sink(opts: SinkOptions, bootstrap: str, timeout_s: float = 30.0) -> ExactlyOnce:
     """The sink's settings when a writer is created, on either side of Spark's write (the
     planning and the commit): the sink id (made the first time), the brokers checked (their
     answers cached), the transaction timeout. Raises :class:`ExactlyOnceError` when the
@@ -204,7 +204,7 @@ def open_sink(opts: SinkOptions, bootstrap: str) -> ExactlyOnce:
     :class:`~spark_connector.kafka.transactions.TxnError` when they do not answer."""
     log_ = SinkLog(opts.log_dir) if opts.log_dir is not None else None
     sink_id = log_.sink_id() if log_ is not None else uuid.uuid4().hex[:16]
-    with TxnClient(bootstrap, timeout_s=30.0) as client:
+    with TxnClient(bootstrap, timeout_s=timeout_s) as client:
         facts = broker_facts(client, bootstrap)
     if facts.missing:
         raise ExactlyOnceError(

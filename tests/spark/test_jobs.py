@@ -202,3 +202,52 @@ def test_topic_to_parquet_job_copies_the_range(
     part_rows = spark.read.parquet(str(partial)).collect()
     assert sorted(r["offset"] for r in part_rows) == [0, 1, 2, 3, 4]
     assert {r["partition"] for r in part_rows} == {0}
+
+
+def test_jobs_read_only_committed_transactions_by_default(
+    spark: Any, cluster: Any, topic_name: str, tmp_path: Path
+) -> None:
+    """Downstream of an exactly-once sink a job must not read aborted output: the jobs read
+    ``read_committed`` unless ``--isolation-level read_uncommitted`` is asked for."""
+    from confluent_kafka import Producer
+
+    topic = cluster.create_topic(topic_name, 1)
+    txn = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"{topic}-t"})
+    txn.init_transactions(30)
+    for outcome, n in (("committed", 4), ("aborted", 6), ("committed-2", 3)):
+        txn.begin_transaction()
+        for i in range(n):
+            txn.produce(topic, f"{outcome}-{i}".encode(), f"k{i}".encode())
+        assert txn.flush(30) == 0  # in the log before the abort (abort drops unsent records)
+        if outcome == "aborted":
+            txn.abort_transaction(30)
+        else:
+            txn.commit_transaction(30)
+    job = _load_job("topic_to_parquet")
+    seen = {}
+    for isolation in ("default", "read_uncommitted"):
+        out = tmp_path / f"{isolation}.parquet"
+        extra = [] if isolation == "default" else ["--isolation-level", isolation]
+        job.main(
+            [
+                "--bootstrap",
+                cluster.bootstrap,
+                "--topic",
+                topic,
+                "--output",
+                str(out),
+                "--decode",
+                *extra,
+            ]
+        )
+        seen[isolation] = {r["value"] for r in spark.read.parquet(str(out)).collect()}
+    committed = {f"committed-{i}" for i in range(4)} | {f"committed-2-{i}" for i in range(3)}
+    assert seen["default"] == committed
+    assert seen["read_uncommitted"] == committed | {f"aborted-{i}" for i in range(6)}
+    for name in ("stream_counts", "topic_to_delta"):
+        args = _load_job(name).parse_args(
+            ["--bootstrap", "b:1", "--checkpoint", "c"]
+            + (["--input", "i", "--output", "o"] if name == "stream_counts" else [])
+            + (["--topic", "t", "--table", "d"] if name == "topic_to_delta" else [])
+        )
+        assert args.isolation_level == "read_committed", name

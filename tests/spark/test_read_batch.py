@@ -401,3 +401,58 @@ def test_read_range_gaps_and_data_loss(
     for b in batches:
         assert b.schema.equals(schema)
         assert b.column("timestampType").to_pylist() == [0] * b.num_rows
+
+
+def test_a_topic_or_pattern_that_matches_nothing_reads_as_an_empty_dataframe(
+    spark: Any, cluster: Any
+) -> None:
+    """As Spark's own Kafka source: an empty DataFrame (the old reader failed with a bare
+    AssertionError), with a warning naming the topic or pattern."""
+    for options in ({"subscribe": "no-such-topic"}, {"subscribePattern": "no-such-.*"}):
+        df = _reader(spark, cluster, **options).load()
+        assert df.count() == 0, options
+        assert df.columns[:3] == ["key", "value", "topic"]
+
+
+def test_unreachable_bootstrap_servers_say_what_was_tried_and_which_option_waits(
+    spark: Any,
+) -> None:
+    from tests.harness.ports import free_port
+
+    dead = f"127.0.0.1:{free_port()}"
+    with pytest.raises(Exception) as info:
+        (
+            spark.read.format("millrace")
+            .option("kafka.bootstrap.servers", dead)
+            .option("subscribe", "t")
+            .option("kafka.default.api.timeout.ms", "2000")
+            .load()
+            .count()
+        )
+    text = str(info.value)
+    assert f"no broker of kafka.bootstrap.servers='{dead}' answered" in text, text
+    assert "option 'kafka.default.api.timeout.ms' sets how long to wait (now 2000 ms)" in text
+
+
+def test_starting_from_a_consumer_groups_committed_offsets(
+    spark: Any, cluster: Any, topic: str
+) -> None:
+    """startingOffsets=group: where the group ``kafka.group.id`` is (partition 0 at 3, 1 at
+    5), and the fallback where it has no offset (partition 2: earliest, or latest)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    group = "reader-starting-group"
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    try:
+        consumer.commit(
+            offsets=[TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 5)], asynchronous=False
+        )
+    finally:
+        consumer.close()
+    options = {"subscribe": topic, "startingOffsets": "group", "kafka.group.id": group}
+    earliest = _offsets(_reader(spark, cluster, **options).load())
+    assert min(earliest[0]) == 3 and min(earliest[1]) == 5 and min(earliest[2]) == 0
+    latest = _offsets(
+        _reader(spark, cluster, **options, startingOffsetsGroupFallback="latest").load()
+    )
+    assert min(latest[0]) == 3 and min(latest[1]) == 5 and 2 not in latest

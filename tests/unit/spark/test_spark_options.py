@@ -156,3 +156,77 @@ def test_validate_common_accepts_both_kinds_and_rejects_common_errors() -> None:
 )
 def test_durations(raw: str, ms: int) -> None:
     assert parse_duration_ms(raw, "maxTriggerDelay") == ms
+
+
+# --- startingOffsets=group --------------------------------------------------------------------
+
+
+def test_starting_from_a_consumer_groups_offsets() -> None:
+    base = {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "kafka.group.id": "enricher"}
+    for streaming in (True, False):
+        opts = parse_read_options({**base, "startingOffsets": "group"}, streaming=streaming)
+        assert opts.starting.kind is OffsetKind.GROUP
+        assert opts.group_id == "enricher" and opts.group_fallback is OffsetKind.EARLIEST
+    latest = parse_read_options(
+        {**base, "startingOffsets": "GROUP", "startingOffsetsGroupFallback": "latest"},
+        streaming=True,
+    )
+    assert latest.group_fallback is OffsetKind.LATEST
+    with pytest.raises(ValueError, match="which is not set"):
+        parse_read_options(
+            {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "startingOffsets": "group"},
+            streaming=True,
+        )
+    with pytest.raises(ValueError, match="'startingOffsetsGroupFallback' must be 'earliest'"):
+        parse_read_options(
+            {**base, "startingOffsets": "group", "startingOffsetsGroupFallback": "middle"},
+            streaming=True,
+        )
+    with pytest.raises(ValueError, match="needs startingOffsets=group"):
+        parse_read_options({**base, "startingOffsetsGroupFallback": "latest"}, streaming=True)
+    with pytest.raises(ValueError, match="option 'endingOffsets' must be 'earliest', 'latest'"):
+        parse_read_options({**base, "endingOffsets": "group"}, streaming=False)
+
+
+def test_the_metadata_timeout_is_the_connectors_not_librdkafkas() -> None:
+    opts = parse_read_options(
+        {
+            "kafka.bootstrap.servers": "h:1",
+            "subscribe": "t",
+            "kafka.default.api.timeout.ms": "2500",
+        },
+        streaming=False,
+    )
+    assert opts.metadata_timeout_ms == 2500
+    assert "default.api.timeout.ms" not in opts.client_config()
+
+
+# --- misspelled options -------------------------------------------------------------------------
+
+
+def test_an_unknown_option_is_named_once_with_the_closest_known_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from spark_connector.option_names import READ_OPTIONS, WRITE_OPTIONS, warn_unknown_options
+
+    options = {
+        "kafka.bootstrap.servers": "h:1",
+        "kafka.whatever.librdkafka.knows": "1",
+        "subscribe": "t",
+        "startingOffset": "earliest",
+        "zzqx": "1",
+    }
+    with caplog.at_level("WARNING", logger="spark_connector.options"):
+        assert warn_unknown_options(options, READ_OPTIONS, "for reads") == [
+            "startingOffset",
+            "zzqx",
+        ]
+        warn_unknown_options(options, READ_OPTIONS, "for reads")  # logged once per process
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == [
+        "option 'startingOffset' is not an option of format('millrace') for reads and is "
+        "ignored; did you mean 'startingOffsets'?",
+        "option 'zzqx' is not an option of format('millrace') for reads and is ignored",
+    ]
+    assert warn_unknown_options({"deliveryGuarantee": "exactly-once"}, WRITE_OPTIONS, "w") == []
+    assert warn_unknown_options({"checkpointLocation": "/c"}, READ_OPTIONS, "r") == []
