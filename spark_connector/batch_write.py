@@ -105,7 +105,7 @@ def _by_topic(
 
     assert plan.topic_index is not None
     topics = batch.column(plan.topic_index)
-    empty = pc.or_(pc.is_null(topics), pc.equal(topics, ""))
+    empty = pc.fill_null(pc.equal(topics, ""), True)  # null or empty
     if pc.any(empty).as_py():
         row = int(pc.index(empty, True).as_py())
         raise WriteOptionError(
