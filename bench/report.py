@@ -74,8 +74,9 @@ WORKLOADS = (
         "`count()`, a `noop` write of every column, an `availableNow` streaming read into "
         "`noop` with `maxOffsetsPerTrigger`, and a `df.write` of the same number of rows "
         '(string key, 100-byte value) into a fresh 2-partition topic (`format("millrace")` '
-        "with its default batch producer, and again with `producer=librdkafka`, its per-row "
-        "path).",
+        "with its default batch producer, with `deliveryGuarantee=exactly-once` (the same "
+        "producer, transactional, the driver committing every task's transaction), and again "
+        "with `producer=librdkafka`, its per-row path).",
         ("rows/s", "seconds"),
         "rows/s",
     ),
@@ -175,6 +176,26 @@ def _table(run: Run, wl: Workload) -> str:
             cells += ["—", "—"] if usage is None else [f"{usage[0]:.1f}", f"{usage[1]:,.0f}"]
         lines.append(f"| {case} | {runs} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _exactly_once_cost(run: Run, workload: str) -> str:
+    """Workload 5: the exactly-once write's time against the at-least-once write's and
+    against Spark's own (at-least-once) Kafka sink's, on each system (medians)."""
+    if workload != "5":
+        return ""
+    lines = []
+    for system in SYSTEMS:
+        eos = run.median("5", 'write exactly-once: format("millrace")', system, "seconds")
+        alo = run.median("5", 'write: format("millrace")', system, "seconds")
+        spark = run.median("5", 'write: format("kafka")', system, "seconds")
+        if eos is None or alo is None or spark is None:
+            continue
+        lines.append(
+            f"- into {system}: exactly-once `df.write` takes {eos / alo:.2f}x the "
+            f"at-least-once write's time and {eos / spark:.2f}x Spark's own "
+            f'`format("kafka")` write\'s ({eos:.2f} s, {alo:.2f} s, {spark:.2f} s)'
+        )
+    return ("\n\nThe cost of exactly-once (medians):\n\n" + "\n".join(lines)) if lines else ""
 
 
 def _summary(run: Run) -> str:
@@ -366,7 +387,9 @@ def write(run: Run, out: Path, plot_dir: Path, quick: bool = False) -> None:
     a = ctx.get("args", {})
     images = "\n".join(f"![{p.stem}]({os.path.relpath(p, out.parent)})" for p in written)
     sections = "\n\n".join(
-        f"### {wl.title}\n\n{wl.what}\n\n{_table(run, wl)}" for wl in WORKLOADS if run.cases(wl.key)
+        f"### {wl.title}\n\n{wl.what}\n\n{_table(run, wl)}{_exactly_once_cost(run, wl.key)}"
+        for wl in WORKLOADS
+        if run.cases(wl.key)
     )
     section = f"""{HEADING}
 
