@@ -239,11 +239,53 @@ def sink(cluster: Any, topic_name: str, tmp_path: Path) -> Sink:
     return Sink(cluster.bootstrap, topic_name, tmp_path / "ckpt")
 
 
+@pytest.fixture(scope="module")
+def kafka(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Apache Kafka 3.9.1 broker (``bench.systems.KafkaSystem``, the jars of ``make
+    setup``) on the module cluster's ZooKeeper under a chroot, looking for timed-out
+    transactions every 500 ms; stopped by its own pid afterwards."""
+    from bench.systems import KafkaSystem, kafka_available
+
+    if not kafka_available():
+        pytest.fail("Apache Kafka 3.9.1 is not in .cache/jvm/kafka-dist: run `make setup`")
+    system = KafkaSystem(
+        tmp_path_factory.mktemp("kafka"),
+        1,
+        str(cluster.json["zookeeper"]),
+        {
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+            "transaction.state.log.num.partitions": "3",
+            "offsets.topic.num.partitions": "3",
+        },
+    )
+    try:
+        yield system
+    finally:
+        system.stop()
+
+
+@pytest.fixture(params=["millrace", "kafka"])
+def system(request: pytest.FixtureRequest, cluster: Any) -> Any:
+    """``(bootstrap, create topic)`` of Millrace or of Apache Kafka 3.9.1."""
+    if request.param == "millrace":
+        return cluster.bootstrap, lambda name: cluster.create_topic(name, PARTITIONS)
+    kafka = request.getfixturevalue("kafka")
+    return kafka.bootstrap, lambda name: kafka.create_topic(name, PARTITIONS, 1)
+
+
+@pytest.fixture
+def any_sink(system: Any, topic_name: str, tmp_path: Path) -> Sink:
+    """A sink on Millrace, and again on Apache Kafka 3.9.1."""
+    bootstrap, create = system
+    create(topic_name)
+    return Sink(bootstrap, topic_name, tmp_path / "ckpt")
+
+
 # --- zombies ---------------------------------------------------------------------------------
 
 
-def test_zombie_initialising_the_live_id_after_its_flush_never_gets_its_rows_committed(
-    sink: Sink,
+def test_stage_retry_zombie_after_the_live_flush_never_gets_its_rows_committed(
+    any_sink: Sink,
 ) -> None:
     """A new stage attempt's task (tid 9) and a zombie of the old attempt (tid 1) share
     slot 1 of partition 0. The zombie starts writing only after the live task flushed: its
@@ -251,6 +293,7 @@ def test_zombie_initialising_the_live_id_after_its_flush_never_gets_its_rows_com
     visible (the old sink asked the coordinator for the id's *current* producer and did);
     it finds the live transaction gone before anything is visible, and the batch written
     again is exactly the live task's rows."""
+    sink = any_sink
     eos = sink.planned()
     live_rows, zombie_rows = rows("live", 50), rows("zombie", 30)
     live = sink.task(eos, 0, 0, tid=9, rows=live_rows)
@@ -275,7 +318,7 @@ def test_zombie_initialising_the_live_id_after_its_flush_never_gets_its_rows_com
     assert stable(sink.bootstrap, sink.topic)
 
 
-def test_zombie_initialising_before_the_live_task_is_fenced_by_it(sink: Sink) -> None:
+def test_stage_retry_zombie_before_the_live_task_is_fenced_by_it(sink: Sink) -> None:
     """The common order: the zombie (older) initialises first and writes; the live task's
     InitProducerId fences it; the zombie's later writes fail and its rows are aborted."""
     eos = sink.planned()
@@ -295,10 +338,11 @@ def test_zombie_initialising_before_the_live_task_is_fenced_by_it(sink: Sink) ->
     assert stable(sink.bootstrap, sink.topic)
 
 
-def test_zombie_writes_are_never_committed(sink: Sink) -> None:
+def test_zombie_writes_are_never_committed(any_sink: Sink) -> None:
     """Two attempts of one partition with ids of their own (a stage retry beside a zombie
     still writing): the commit names the kept attempt's producer; the zombie's transaction
     is fenced at the clean-up, so read_committed readers are not held back."""
+    sink = any_sink
     eos = sink.planned()
     kept = sink.task(eos, 0, 0, tid=12, rows=rows("kept", 60), attempt=0)
     zombie = sink.task(eos, 0, 0, tid=5, rows=rows("zombie", 60), attempt=0)
@@ -316,17 +360,16 @@ def test_zombie_writes_are_never_committed(sink: Sink) -> None:
 
 
 def test_neighbouring_prefixes_never_touch_each_other(
-    cluster: Any, topic_name: str, tmp_path: Path
+    system: Any, topic_name: str, tmp_path: Path
 ) -> None:
     """Queries with prefixes ``orders`` and ``orders-eu`` at once: a commit of ``orders``
     (and its clean-up of leftovers) leaves ``orders-eu``'s open transaction alone."""
-    cluster.create_topic(f"{topic_name}-a", PARTITIONS)
-    cluster.create_topic(f"{topic_name}-b", PARTITIONS)
-    orders = Sink(
-        cluster.bootstrap, f"{topic_name}-a", tmp_path / "a", {"transactionalIdPrefix": "orders"}
-    )
+    bootstrap, create = system
+    create(f"{topic_name}-a")
+    create(f"{topic_name}-b")
+    orders = Sink(bootstrap, f"{topic_name}-a", tmp_path / "a", {"transactionalIdPrefix": "orders"})
     orders_eu = Sink(
-        cluster.bootstrap, f"{topic_name}-b", tmp_path / "b", {"transactionalIdPrefix": "orders-eu"}
+        bootstrap, f"{topic_name}-b", tmp_path / "b", {"transactionalIdPrefix": "orders-eu"}
     )
     eu = orders_eu.planned()
     eu_task = orders_eu.task(eu, 0, 0, tid=1, rows=rows("eu", 25))
@@ -335,17 +378,18 @@ def test_neighbouring_prefixes_never_touch_each_other(
     orders.committer(new_run_name(), main).commit(0, [main_task])
     orders.planned()
     assert eu_task.transaction is not None
-    with TxnClient(cluster.bootstrap) as client:
+    with TxnClient(bootstrap) as client:
         state = client.describe(eu_task.transaction.transactional_id)
     assert state.state == "Ongoing" and state.holds(eu_task.transaction)
     orders_eu.committer(new_run_name(), eu).commit(0, [eu_task])
-    exactly(rows("main", 25), committed_rows(cluster.bootstrap, orders.topic))
-    exactly(rows("eu", 25), committed_rows(cluster.bootstrap, orders_eu.topic))
+    exactly(rows("main", 25), committed_rows(bootstrap, orders.topic))
+    exactly(rows("eu", 25), committed_rows(bootstrap, orders_eu.topic))
 
 
-def test_two_drivers_on_one_checkpoint_the_older_is_fenced(sink: Sink) -> None:
+def test_two_drivers_on_one_checkpoint_the_older_is_fenced(any_sink: Sink) -> None:
     """A job restarted while the old driver still runs: once the newer run commits, the
     older one's next commit fails loudly and makes nothing visible."""
+    sink = any_sink
     old_run = new_run_name()
     time.sleep(0.01)
     new_run = new_run_name()
@@ -448,31 +492,6 @@ def test_long_outage_on_millrace_a_prepared_batch_never_times_out(sink: Sink) ->
     record = sink.committer(new_run_name(), eos).commit(0, replay)
     assert record is not None and record.committed
     exactly(rows("p0", 30) + rows("p1", 30), committed_rows(sink.bootstrap, sink.topic))
-
-
-@pytest.fixture(scope="module")
-def kafka(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One Apache Kafka 3.9.1 broker (``bench.systems.KafkaSystem``, the jars of ``make
-    setup``) on the module cluster's ZooKeeper under a chroot, looking for timed-out
-    transactions every 500 ms; stopped by its own pid afterwards."""
-    from bench.systems import KafkaSystem, kafka_available
-
-    if not kafka_available():
-        pytest.fail("Apache Kafka 3.9.1 is not in .cache/jvm/kafka-dist: run `make setup`")
-    system = KafkaSystem(
-        tmp_path_factory.mktemp("kafka"),
-        1,
-        str(cluster.json["zookeeper"]),
-        {
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
-            "transaction.state.log.num.partitions": "3",
-            "offsets.topic.num.partitions": "3",
-        },
-    )
-    try:
-        yield system
-    finally:
-        system.stop()
 
 
 def _kafka_sink(kafka: Any, topic: str, tmp_path: Path) -> Sink:

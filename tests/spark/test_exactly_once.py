@@ -332,7 +332,7 @@ def test_two_queries_with_neighbouring_prefixes_run_at_once(
     for prefix in ("orders", "orders-eu"):
         source = cluster.create_topic(f"{topic_name}-{prefix}-in", PARTITIONS)
         sink = cluster.create_topic(f"{topic_name}-{prefix}-out", PARTITIONS)
-        records = [(f"{prefix}-k{i}", f"{prefix}-v{i}") for i in range(400)]
+        records = [(f"{prefix}-k{i}", f"{prefix}-v{i}") for i in range(240)]
         _produce(bs, source, records)
         checkpoint = tmp_path / prefix
         group = f"{topic_name}-{prefix}"
