@@ -377,6 +377,55 @@ def is_abort_marker(records: bytes | memoryview) -> bool:
     return bool(control_type == 0)
 
 
+def iter_records(
+    records: bytes | memoryview, batch: Batch
+) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    """``(offset, key, value)`` of each record of ``batch`` (its records section, decompressed
+    by :func:`records_section`): the slow, simple decoder for small reads (the progress records
+    of ``__millrace_batches``), not the Arrow path. Raises ``CorruptRecords``."""
+    data = bytes(records)
+    end = len(data)
+    pos = 0
+    for _ in range(batch.record_count):
+        length, pos = _varint(data, pos, end)
+        if length < 0 or pos + length > end:
+            raise CorruptRecords("record runs past the end of its batch")
+        stop = pos + length
+        pos += 1  # attributes
+        _, pos = _varlong(data, pos, stop)
+        delta, pos = _varint(data, pos, stop)
+        key, pos = _field(data, pos, stop)
+        value, pos = _field(data, pos, stop)
+        yield batch.base_offset + delta, key, value
+        pos = stop
+
+
+def committed_records(
+    blob: bytes | memoryview, aborted: list[tuple[int, int]] | None
+) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    """``(offset, key, value)`` of the committed records of a read_committed Fetch response's
+    ``records`` blob and aborted transactions (``(producer id, first offset)``), as Kafka's
+    consumer filters them: control batches and the batches of aborted transactions are
+    skipped (see ``_read_direct`` in :mod:`spark_connector.reader` for the fast path)."""
+    pending = sorted(aborted or (), key=lambda a: a[1])
+    next_abort = 0
+    active: set[int] = set()
+    for b in iter_batches(blob):
+        if b.producer_id >= 0:
+            while next_abort < len(pending) and pending[next_abort][1] <= b.last_offset:
+                active.add(pending[next_abort][0])
+                next_abort += 1
+            if b.control:
+                if is_abort_marker(records_section(blob, b)):
+                    active.discard(b.producer_id)
+                continue
+            if b.transactional and b.producer_id in active:
+                continue
+        if b.control:
+            continue
+        yield from iter_records(records_section(blob, b), b)
+
+
 def _bitmap(bits: list[bool]) -> bytes:
     """An Arrow validity bitmap (LSB first, unused bits zero)."""
     n = len(bits)

@@ -182,6 +182,26 @@ def encode_records_py(
     return bytes(out), stop - start
 
 
+def encode_key_values(pairs: list[tuple[bytes | None, bytes | None]]) -> bytes:
+    """The records section of a few ``(key, value)`` records without headers, for
+    :func:`build_batch` (the slow path for small writes such as progress records)."""
+    out = bytearray()
+    for delta, (key, value) in enumerate(pairs):
+        body = b"".join(
+            (
+                b"\x00\x00",  # attributes, timestampDelta
+                _zigzag_varint(delta),
+                _zigzag_varint(-1 if key is None else len(key)),
+                key or b"",
+                _zigzag_varint(-1 if value is None else len(value)),
+                value or b"",
+                b"\x00",  # no headers
+            )
+        )
+        out += _zigzag_varint(len(body)) + body
+    return bytes(out)
+
+
 # --- the entry points ------------------------------------------------------------------------
 
 

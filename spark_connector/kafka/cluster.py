@@ -96,6 +96,7 @@ class Cluster:
         self.timeout_option = timeout_option
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, TopicInfo] = {}
+        self.controller = -1  # the controller's broker id, as last refreshed
         self._connections: dict[tuple[str, int], Connection] = {}
         self._coordinators: dict[tuple[int, str], tuple[str, int]] = {}
         self._answered = False  # whether any broker ever answered this cluster
@@ -174,6 +175,7 @@ class Cluster:
             )
         )
         self.brokers = {int(b.node_id): (str(b.host), int(b.port)) for b in response.brokers}
+        self.controller = int(response.controller_id)
         for t in response.topics:
             info = TopicInfo(str(t.name), int(t.error_code))
             for p in t.partitions:

@@ -309,6 +309,11 @@ class BatchProducer:
         self._raise_failure()
         return self.acked_records
 
+    def transaction_ended(self) -> None:
+        """The transaction was ended (EndTxn, sent by the caller): the next one adds its
+        partitions again."""
+        self._in_transaction.clear()
+
     def written(self) -> dict[tuple[str, int], tuple[int, int]]:
         """Per partition written to: (offset of its first acknowledged record, offset after
         its last one), from the Produce responses."""
