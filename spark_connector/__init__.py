@@ -46,11 +46,12 @@ topics: :func:`upsert_to` (``foreachBatch`` in update mode) and :func:`as_upsert
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from spark_connector.datasource import MillraceDataSource
-from spark_connector.exactly_once.foreach_batch import write_batch
-from spark_connector.upserts import as_upserts, upsert_batch, upsert_to
+if TYPE_CHECKING:
+    from spark_connector.datasource import MillraceDataSource
+    from spark_connector.exactly_once.foreach_batch import write_batch
+    from spark_connector.upserts import as_upserts, upsert_batch, upsert_to
 
 __all__ = [
     "MillraceDataSource",
@@ -61,7 +62,30 @@ __all__ = [
     "write_batch",
 ]
 
+# Imported on first use (PEP 562), so that the Kafka wire client and the exactly-once
+# modules can be used without importing PySpark (``millrace table``, Python workers).
+_LAZY = {
+    "MillraceDataSource": "spark_connector.datasource",
+    "write_batch": "spark_connector.exactly_once.foreach_batch",
+    "as_upserts": "spark_connector.upserts",
+    "upsert_batch": "spark_connector.upserts",
+    "upsert_to": "spark_connector.upserts",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'spark_connector' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 def register(spark: Any) -> None:
     """Register the ``millrace`` format with ``spark`` (a ``SparkSession``)."""
+    from spark_connector.datasource import MillraceDataSource
+
     spark.dataSource.register(MillraceDataSource)

@@ -44,6 +44,8 @@ READ_OPTIONS = frozenset(
         "groupIdPrefix",
         "readAs",
         "fetcher",
+        "endingBatch",
+        "wholeBatches",
         # Spark's Kafka source options this format accepts and has no use for
         "fetchOffset.numRetries",
         "fetchOffset.retryIntervalMs",
@@ -62,6 +64,7 @@ WRITE_OPTIONS = frozenset(
         "batchId",
         "sinkName",
         "acceptPartitionCountChange",
+        "batchBoundaries",
         "millrace.run",
     }
 )

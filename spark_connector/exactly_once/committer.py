@@ -4,9 +4,11 @@ a micro-batch's task transactions and then its offsets, or abort them.
 :meth:`Committer.commit` runs the steps in order: claim the sink for this driver run (or
 fail as a zombie driver), skip a committed batch, check the tasks' partition counts, prepare
 every task transaction (KIP-939 take-over on Millrace, DescribeTransactions elsewhere) and
-create the batch record, open the driver transaction (the fence check), end the task
-transactions in parallel, wait until their markers are written, commit the progress and the
-source offsets with the driver transaction, and fence the sink's leftovers.
+create the batch record, open the driver transaction (a fresh epoch of the driver id, and the
+run checked again), end the task transactions in parallel, wait until their markers are
+written, commit the batch's progress records (its boundary for readers,
+:mod:`~spark_connector.exactly_once.boundaries`) and the source offsets with the driver
+transaction, and fence the sink's leftovers.
 :meth:`Committer.commit_write` is the same without a log for a plain ``df.write``;
 :meth:`Committer.abort` gives a batch up.
 
@@ -28,6 +30,13 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from spark_connector.exactly_once.boundaries import (
+    Boundary,
+    ProgressLog,
+    ensure_progress_topic,
+    next_cut,
+    produce_boundaries,
+)
 from spark_connector.exactly_once.offsets import source_offsets
 from spark_connector.exactly_once.planning import entry_outcome, fence_leftovers
 from spark_connector.exactly_once.settings import ExactlyOnce, ExactlyOnceError
@@ -45,6 +54,8 @@ from spark_connector.exactly_once.sink_log import (
     SinkLog,
     TaskEntry,
 )
+from spark_connector.kafka.producer import BatchProducer, ProduceError
+from spark_connector.kafka.topics import end_offsets
 from spark_connector.kafka.transactions import OpenTransaction, TxnClient, TxnError
 from spark_connector.write_outcome import TaskTransaction
 
@@ -55,17 +66,25 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 ABORT_LINGER_S = 5.0  # how long abort() keeps fencing transactions cancelled tasks open
+_RETIRED_TTL_S = 60.0
+_retired: dict[tuple[str, str], float] = {}
+# (bootstrap, topic) -> until when the topic is known to have a live boundary
+_bounded: dict[tuple[str, str], float] = {}
+"""(bootstrap, topic) -> until when the topic is known to have no live boundary (sinks with
+``batchBoundaries=false``); guarded by the GIL (plain dict operations)."""
 _PARALLEL = 8
 _COMPLETE_WAIT_S = 120.0
 
 FAULT_ENV = "MILLRACE_SINK_FAULT_PAUSE"
-"""Fault injection for tests: ``<point>=<seconds>[,...]`` makes the committer sleep at
-``prepared`` (batch recorded as prepared, nothing ended), ``ended`` (every task transaction
-but the last ended) or ``committed`` (batch recorded as committed), so a test can kill the
-driver or a broker exactly there. Unset in production."""
+"""Fault injection for tests: ``<point>[@<batch>]=<seconds>[,...]`` makes the committer sleep
+at ``prepared`` (batch recorded as prepared, nothing ended), ``ended`` (every task transaction
+but the last ended), ``boundaries`` (every task transaction committed and its markers written,
+the driver transaction not yet) or ``committed`` (batch recorded as committed), in every batch
+or only in batch ``<batch>``, so a test can kill the driver or a broker exactly there. Unset in
+production."""
 
 
-def _fault_pause(point: str) -> None:
+def _fault_pause(point: str, batch: int | None = None) -> None:
     import os
 
     spec = os.environ.get(FAULT_ENV)
@@ -73,9 +92,13 @@ def _fault_pause(point: str) -> None:
         return
     for item in spec.split(","):
         name, _, seconds = item.partition("=")
-        if name.strip() == point:
-            log.warning("millrace sink: fault injection: pausing %s s at %r", seconds, point)
-            time.sleep(float(seconds or 0))
+        name, _, only = name.strip().partition("@")
+        if name != point or (only and (batch is None or int(only) != batch)):
+            continue
+        log.warning(
+            "millrace sink: fault injection: pausing %s s at %r of batch %s", seconds, point, batch
+        )
+        time.sleep(float(seconds or 0))
 
 
 class DriverFenced(ExactlyOnceError):
@@ -325,7 +348,7 @@ class Committer:
             else:
                 record = self._merge(client, sink_log, record, written, run)
             self._finish(client, sink_log, record, run)
-            _fault_pause("committed")
+            _fault_pause("committed", batch)
             try:
                 fence_leftovers(client, self.eos, record.transactional_ids(), self.eos.timeout_ms)
             except TxnError as exc:
@@ -353,7 +376,7 @@ class Committer:
             self._abort_entries(t for t in record.tasks if t not in lost)
             raise self._lost_before_visible(batch, lost)
         if sink_log.create(record):
-            _fault_pause("prepared")
+            _fault_pause("prepared", batch)
             return record
         theirs = sink_log.get(batch)
         self._abort_entries(record.tasks)  # ours: the other driver's record wins
@@ -499,83 +522,231 @@ class Committer:
         counts = client.partition_counts(topics)
         return sorted(t for t, n in counts.items() if n == 0)
 
-    def _progress(self, record: BatchRecord) -> dict[str, dict[int, int]]:
-        ends: dict[str, dict[int, int]] = {}
-        for task in record.tasks:
+    # --- steps 3.5 and 3.8: the driver transaction ------------------------------------------
+
+    def _open_driver(self, sink_log: SinkLog | None) -> BatchProducer:
+        """Step 3.5: a fresh epoch of the driver id (its InitProducerId also aborts a driver
+        transaction a dead commit left open), then the run checked again: a driver whose run
+        is no longer the newest stops here, before ending anything."""
+        try:
+            producer = BatchProducer(
+                self.bootstrap,
+                transactional_id=self.eos.driver_transactional_id,
+                transaction_timeout_ms=self.eos.timeout_ms,
+                request_timeout_ms=int(self.timeout_s * 1000),
+                client_id="millrace-spark-sink-driver",
+            )
+        except ProduceError as exc:
+            raise ExactlyOnceError(
+                f"cannot open the driver transaction {self.eos.driver_transactional_id}: {exc}; "
+                "nothing of the batch was ended: restarting the query finishes it"
+            ) from exc
+        if sink_log is not None:
+            now = sink_log.run()
+            if now is not None and now.run != self.run:
+                producer.close()
+                raise self._zombie(now)
+        return producer
+
+    def _boundaries(
+        self, client: TxnClient, batch: int, tasks: Iterable[TaskEntry], counts: dict[str, int]
+    ) -> list[Boundary]:
+        """The batch's progress records: the cut of every topic it wrote (see
+        :func:`~spark_connector.exactly_once.boundaries.next_cut`), read once its markers are
+        written."""
+        written: dict[str, dict[int, int]] = {}
+        for task in tasks:
+            if task.state != DONE:
+                continue
             for topic, p, _first, end in task.outputs:
-                parts = ends.setdefault(topic, {})
-                parts[p] = max(parts.get(p, -1), end)
-        return ends
+                parts = written.setdefault(topic, {})
+                parts[p] = max(parts.get(p, 0), end)
+        if not written:
+            return []
+        if not self.eos.options.boundaries:
+            return self._retirements(written)
+        now_ms = int(time.time() * 1000)
+        out = []
+        with ProgressLog(self.bootstrap, timeout_s=self.timeout_s) as progress:
+            for topic, ends in sorted(written.items()):
+                stable = end_offsets(client.cluster, topic, read_committed=True)
+                partitions = max(counts.get(topic, 0), len(stable), max(ends) + 1)
+                cut = next_cut(progress.latest(topic), partitions, ends, stable)
+                out.append(Boundary(topic, self.eos.base, batch, now_ms, cut))
+        return out
+
+    def _start_boundaries(
+        self,
+        client: TxnClient,
+        driver: BatchProducer,
+        batch: int,
+        tasks: Iterable[TaskEntry],
+        counts: dict[str, int],
+    ) -> None:
+        """Step 3.6, before any of the batch's output is visible: a topic the batch writes
+        that has no live boundary yet (the sink's first batch there, or boundaries turned on
+        again) gets one of batch ``batch - 1`` at its last stable offsets now, committed in a
+        driver transaction of its own. Readers then stop there until the batch's own boundary
+        is committed, instead of seeing its task transactions commit one by one. Topics
+        known to have a boundary are looked up again once a minute per process."""
+        if not self.eos.options.boundaries:
+            return
+        now = time.monotonic()
+        topics = sorted(
+            {
+                topic
+                for task in tasks
+                if task.state in (OPEN, DONE)
+                for topic, *_ in task.outputs
+                if _bounded.get((self.bootstrap, topic), 0.0) < now
+            }
+        )
+        if not topics:
+            return
+        todo = []
+        with ProgressLog(self.bootstrap, timeout_s=self.timeout_s) as progress:
+            for topic in topics:
+                if progress.latest(topic) is not None:
+                    _bounded[(self.bootstrap, topic)] = now + _RETIRED_TTL_S
+                    continue
+                stable = end_offsets(client.cluster, topic, read_committed=True)
+                partitions = max(counts.get(topic, 0), len(stable))
+                cut = next_cut(None, partitions, {}, stable)
+                todo.append(Boundary(topic, self.eos.base, batch - 1, int(time.time() * 1000), cut))
+        if not todo:
+            return
+        txn = OpenTransaction(
+            self.eos.driver_transactional_id, driver.producer_id, driver.producer_epoch
+        )
+        try:
+            produce_boundaries(driver, todo, ensure_progress_topic(client.cluster))
+            client.end(txn, commit=True)
+            # visible (markers written) before any of the batch is
+            self._wait_complete(client, [TaskEntry(-1, 0, DONE, txn)])
+        except (ProduceError, TxnError) as exc:
+            raise ExactlyOnceError(
+                f"the first boundary of {', '.join(b.topic for b in todo)} could not be "
+                f"committed: {exc}; nothing of batch {batch} is visible yet: restarting the "
+                "query finishes it"
+            ) from exc
+        driver.transaction_ended()
+        for b in todo:
+            _bounded[(self.bootstrap, b.topic)] = now + _RETIRED_TTL_S
+        log.info(
+            "millrace sink %s: first boundary (batch %d) of %s",
+            self.eos.base,
+            batch - 1,
+            ", ".join(b.topic for b in todo),
+        )
+
+    def _retirements(self, topics: Iterable[str]) -> list[Boundary]:
+        """``batchBoundaries=false``: a tombstone for each topic whose newest progress record
+        is a live boundary (readers must not stop at it any more); looked up once a minute
+        per topic and process."""
+        now = time.monotonic()
+        todo = [t for t in topics if _retired.get((self.bootstrap, t), 0.0) < now]
+        if not todo:
+            return []
+        out = []
+        with ProgressLog(self.bootstrap, timeout_s=self.timeout_s) as progress:
+            for topic in sorted(todo):
+                if progress.latest(topic) is not None:
+                    out.append(Boundary.retirement(topic))
+                else:
+                    _retired[(self.bootstrap, topic)] = now + _RETIRED_TTL_S
+        return out
+
+    def _commit_driver(
+        self,
+        client: TxnClient,
+        sink_log: SinkLog | None,
+        driver: BatchProducer,
+        boundaries: list[Boundary],
+        group: str | None,
+        offsets: dict[str, dict[int, int]],
+    ) -> BatchProducer:
+        """Step 3.8: the progress records and the source offsets in the driver transaction,
+        committed. A driver transaction fenced by an older run's commit (its InitProducerId
+        came after ours) is started again while the run is still the newest. Returns the
+        producer used last (the caller closes it)."""
+        if not boundaries and not (group and offsets):
+            return driver
+        for attempt in range(1, 4):
+            txn = OpenTransaction(
+                self.eos.driver_transactional_id, driver.producer_id, driver.producer_epoch
+            )
+            try:
+                if boundaries:
+                    produce_boundaries(driver, boundaries, ensure_progress_topic(client.cluster))
+                if group and offsets:
+                    client.add_offsets_to_txn(txn, group)
+                    client.txn_offset_commit(txn, group, offsets)
+                client.end(txn, commit=True)
+                return driver
+            except (ProduceError, TxnError) as exc:
+                if not exc.fenced or attempt == 3:
+                    raise ExactlyOnceError(
+                        f"the output of the batch is visible, but its driver transaction "
+                        f"failed: {exc}; restarting the query commits its progress and offsets"
+                    ) from exc
+                log.info("millrace sink: the driver transaction was fenced (%s): again", exc)
+                driver.close()
+                driver = self._open_driver(sink_log)
+        return driver
 
     def _finish(
         self, client: TxnClient, sink_log: SinkLog, record: BatchRecord, run: RunRecord
     ) -> None:
         """Steps 3.5 to 3.9 for a prepared record."""
         eos = self.eos
-        driver = run.driver
+        driver = self._open_driver(sink_log)
         try:
-            client.add_offsets_to_txn(driver, eos.progress_group)
-            if record.group is not None and record.offsets:
-                client.add_offsets_to_txn(driver, record.group)
-        except TxnError as exc:
-            if exc.fenced:
-                raise DriverFenced(
-                    f"batch {record.batch}: the driver transaction {driver.transactional_id} "
-                    "was fenced: another driver took the sink over; this one stops without "
-                    "committing"
-                ) from exc
-            raise
-        started = time.monotonic()
-        open_entries = [t for t in record.tasks if t.state == OPEN]
-        if len(open_entries) > 1:
-            first, last = open_entries[:-1], open_entries[-1:]
-            lost = self._end(first)
-            _fault_pause("ended")
-            lost += self._end(last)
-        else:
-            lost = self._end(open_entries)
-        lost += [t for t in record.tasks if t.state == LOST and t not in lost]
-        self._wait_complete(client, record.tasks)
-        self.visibility_ms = (time.monotonic() - started) * 1000.0
-        deleted = self._deleted_outputs(client, record)
-        if lost or deleted:
-            self._unfinished(client, sink_log, record, lost, deleted, driver)
-        metadata = json.dumps({"batch": record.batch}, separators=(",", ":"))
-        progress = self._progress(record)
-        client.txn_offset_commit(
-            driver,
-            eos.progress_group,
-            progress,
-            {(topic, p): metadata for topic, parts in progress.items() for p in parts},
-        )
-        if record.group is not None and record.offsets:
-            client.txn_offset_commit(driver, record.group, record.offsets)
-        client.end(driver, commit=True)
+            started = time.monotonic()
+            open_entries = [t for t in record.tasks if t.state == OPEN]
+            if open_entries:
+                self._start_boundaries(client, driver, record.batch, record.tasks, record.counts)
+            if len(open_entries) > 1:
+                first, last = open_entries[:-1], open_entries[-1:]
+                lost = self._end(first)
+                _fault_pause("ended", record.batch)
+                lost += self._end(last)
+            else:
+                lost = self._end(open_entries)
+            lost += [t for t in record.tasks if t.state == LOST and t not in lost]
+            self._wait_complete(client, record.tasks)
+            self.visibility_ms = (time.monotonic() - started) * 1000.0
+            deleted = self._deleted_outputs(client, record)
+            if lost or deleted:
+                self._unfinished(sink_log, record, lost, deleted)
+            boundaries = self._boundaries(client, record.batch, record.tasks, record.counts)
+            _fault_pause("boundaries", record.batch)
+            offsets = record.offsets if record.group is not None else {}
+            driver = self._commit_driver(
+                client, sink_log, driver, boundaries, record.group, offsets
+            )
+        finally:
+            driver.close()
         record.state = COMMITTED
         sink_log.put(record)
         log.info(
-            "millrace sink %s: batch %d visible through %d transaction(s) within %.1f ms%s",
+            "millrace sink %s: batch %d visible through %d transaction(s) within %.1f ms%s%s",
             eos.base,
             record.batch,
             sum(1 for t in record.tasks if t.state == DONE),
             self.visibility_ms,
+            f", boundary of {', '.join(b.topic for b in boundaries)}" if boundaries else "",
             f", offsets committed to {record.group}" if record.group and record.offsets else "",
         )
 
     def _unfinished(
         self,
-        client: TxnClient,
         sink_log: SinkLog,
         record: BatchRecord,
         lost: list[TaskEntry],
         deleted: list[str],
-        driver: OpenTransaction,
     ) -> None:
-        """Steps 3.7/3.9: output missing. Never commits the offsets; always raises."""
-        try:
-            client.end(driver, commit=False)
-        except TxnError as exc:
-            log.info("millrace sink: aborting the driver transaction: %s", exc)
+        """Steps 3.7/3.9: output missing. Never commits the offsets nor a boundary (the driver
+        transaction holds nothing yet); always raises."""
         for task in lost:
             task.state = LOST
         visible = [
@@ -622,7 +793,8 @@ class Committer:
     # --- df.write ----------------------------------------------------------------------------
 
     def commit_write(self, reports: Sequence[TaskTransaction]) -> None:
-        """A plain ``df.write``: every task transaction, or none (no log, no offsets)."""
+        """A plain ``df.write``: every task transaction, or none (no log, no offsets); its
+        boundary (batch 0 of the write's own sink id) is committed after them."""
         entries = [
             TaskEntry(r.partition, r.rows, OPEN, r.transaction, r.transaction, list(r.outputs))
             for r in reports
@@ -636,14 +808,26 @@ class Committer:
                     f"the write's transaction of {_partitions_text(lost)} is no longer open "
                     "(fenced, or aborted after transaction.timeout.ms): nothing was written"
                 )
-            started = time.monotonic()
-            lost = self._end(entries)
-            if lost:
-                raise ExactlyOnceError(
-                    f"the write is partly visible: the transaction of {_partitions_text(lost)} "
-                    "was aborted by the brokers before it could be committed"
-                )
-            self.visibility_ms = (time.monotonic() - started) * 1000.0
+            driver = self._open_driver(None)
+            try:
+                counts: dict[str, int] = {}
+                for r in reports:
+                    counts.update(r.counts)
+                self._start_boundaries(client, driver, 0, entries, counts)
+                started = time.monotonic()
+                lost = self._end(entries)
+                if lost:
+                    raise ExactlyOnceError(
+                        f"the write is partly visible: the transaction of "
+                        f"{_partitions_text(lost)} was aborted by the brokers before it could "
+                        "be committed"
+                    )
+                self._wait_complete(client, entries)
+                self.visibility_ms = (time.monotonic() - started) * 1000.0
+                boundaries = self._boundaries(client, 0, entries, counts)
+                driver = self._commit_driver(client, None, driver, boundaries, None, {})
+            finally:
+                driver.close()
             try:
                 fence_leftovers(client, self.eos, set(), self.eos.timeout_ms)
             except TxnError as exc:

@@ -4,13 +4,15 @@ the picklable settings a planned writer carries to its tasks and its committer.
 Options (``docs/exactly-once.md``): ``deliveryGuarantee`` (``at-least-once`` | ``exactly-once``),
 ``commitOffsetsToGroup``, ``transactionalIdPrefix`` (default ``millrace``), ``checkpointLocation``
 (a local or mounted path: the sink keeps its log there), ``batchId`` and ``sinkName`` (set by
-``write_batch``), ``acceptPartitionCountChange``, and ``kafka.transaction.timeout.ms``. A
+``write_batch``), ``acceptPartitionCountChange``, ``batchBoundaries`` (default true: each
+committed batch's boundary is published for readers, ``docs/exactly-once.md``) and
+``kafka.transaction.timeout.ms``. A
 setting that cannot work raises :class:`ExactlyOnceError` naming the option.
 
 Names: a task's transactional id is ``<prefix>-<sinkid>-<partition>-<slot>`` (``slot`` = Spark's
-task attempt id mod :data:`SLOTS`), the driver's ``<prefix>-<sinkid>-driver``, the progress
-group ``<prefix>-<sinkid>``; :meth:`ExactlyOnce.owns` recognises the sink's own ids by their
-exact ``<prefix>-<sinkid>-`` start.
+task attempt id mod :data:`SLOTS`) and the driver's ``<prefix>-<sinkid>-driver``;
+:meth:`ExactlyOnce.owns` recognises the sink's own ids by their exact ``<prefix>-<sinkid>-``
+start, and ``<prefix>-<sinkid>`` names the sink in its progress records.
 
 Concurrency: immutable values.
 """
@@ -48,6 +50,7 @@ BATCH_ID_OPTION = "batchId"  # write_batch(): the foreachBatch batch id
 SINK_NAME_OPTION = "sinkName"  # write_batch(): which sink of the foreachBatch function
 RUN_OPTION = "millrace.run"  # write_batch(): the driver process's run (internal)
 ACCEPT_CHANGE_OPTION = "acceptPartitionCountChange"
+BOUNDARIES_OPTION = "batchBoundaries"  # progress records for readers (default true)
 TIMEOUT_KAFKA_OPTION = "transaction.timeout.ms"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's default transaction.max.timeout.ms
 DEFAULT_PREFIX = "millrace"
@@ -82,6 +85,7 @@ class SinkOptions:
     batch_id: int | None = None
     accept_partition_change: bool = False
     run: str | None = None
+    boundaries: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,12 +131,9 @@ class ExactlyOnce:
 
     @property
     def base(self) -> str:
-        """``<prefix>-<sinkid>``: the progress group, and the start of every id of the sink."""
+        """``<prefix>-<sinkid>``: the sink's name in its progress records, and the start of
+        every id of the sink."""
         return f"{self.options.prefix}-{self.sink_id}"
-
-    @property
-    def progress_group(self) -> str:
-        return self.base
 
     @property
     def driver_transactional_id(self) -> str:
@@ -265,6 +266,12 @@ def parse_sink_options(
     accept = opts.get(ACCEPT_CHANGE_OPTION.lower(), "false").strip().lower()
     if accept not in ("true", "false"):
         raise ExactlyOnceError(f"option '{ACCEPT_CHANGE_OPTION}' is {accept!r}: true or false")
+    boundaries = opts.get(BOUNDARIES_OPTION.lower(), "true").strip().lower()
+    if boundaries not in ("true", "false"):
+        raise ExactlyOnceError(
+            f"option '{BOUNDARIES_OPTION}' is {boundaries!r}: true (the default: readers see "
+            "whole micro-batches) or false"
+        )
     return SinkOptions(
         prefix=prefix,
         log_dir=log_dir,
@@ -275,4 +282,5 @@ def parse_sink_options(
         batch_id=batch_id,
         accept_partition_change=accept == "true",
         run=opts.get(RUN_OPTION),
+        boundaries=boundaries == "true",
     )

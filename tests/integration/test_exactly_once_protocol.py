@@ -43,7 +43,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql.types import StringType, StructField, StructType
 
-from spark_connector.exactly_once.committer import Committer, DriverFenced
+from spark_connector.exactly_once.boundaries import BoundaryError, ProgressLog
+from spark_connector.exactly_once.committer import FAULT_ENV, Committer, DriverFenced
 from spark_connector.exactly_once.planning import open_sink, plan_batch
 from spark_connector.exactly_once.settings import ExactlyOnce, ExactlyOnceError, parse_sink_options
 from spark_connector.exactly_once.sink_log import SinkLog, new_run_name
@@ -652,12 +653,12 @@ def test_the_transaction_timeout_is_checked_against_the_brokers_maximum(sink: Si
     )
 
 
-def test_source_offsets_are_committed_after_the_output_with_the_progress(
+def test_source_offsets_and_the_boundary_are_committed_after_the_output(
     cluster: Any, sink: Sink
 ) -> None:
     """commitOffsetsToGroup: the batch's source offsets (Spark's offsets/N) reach the group
-    with the driver transaction, and the progress group names where the batch ends in
-    every output partition (metadata: the batch id)."""
+    with the driver transaction, and so does the batch's boundary: its progress record in
+    __millrace_batches names where the batch ends in every output partition."""
     group = f"{sink.topic}-group"
     sink.options["commitOffsetsToGroup"] = group
     (sink.checkpoint / "offsets").mkdir(parents=True)
@@ -669,15 +670,234 @@ def test_source_offsets_are_committed_after_the_output_with_the_progress(
     reports = [sink.task(eos, 0, p, p, rows(f"p{p}", 21)) for p in range(2)]
     sink.committer(new_run_name(), eos).commit(0, reports)
     assert group_offsets(sink.bootstrap, group, source, 2) == {0: 30, 1: 12}
-    progress = group_offsets(sink.bootstrap, eos.progress_group, sink.topic, PARTITIONS)
-    ends: dict[int, int] = {}
-    for report in reports:
-        for _topic, p, _first, end in report.outputs:
-            ends[p] = max(ends.get(p, -1), end)
-    assert {p: o for p, o in progress.items() if o >= 0} == ends
-    consumer = Consumer({"bootstrap.servers": sink.bootstrap, "group.id": eos.progress_group})
+    b = latest_boundary(sink.bootstrap, sink.topic)
+    assert b is not None and (b.sink, b.batch, b.partitions) == (eos.base, 0, PARTITIONS)
+    assert list(b.cut) == stable_ends(sink.bootstrap, sink.topic)
+    assert sum(b.cut) >= 42  # 42 records and a commit marker per partition written
+
+
+# --- whole micro-batches for readers ------------------------------------------------------------
+
+
+def latest_boundary(bootstrap: str, topic: str) -> Any:
+    with ProgressLog(bootstrap, timeout_s=30) as progress:
+        return progress.latest(topic)
+
+
+def stable_ends(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> list[int]:
+    from spark_connector.kafka.fetcher import PartitionFetcher
+
+    out = []
+    for p in range(partitions):
+        with PartitionFetcher(bootstrap, topic, p, read_committed=True) as f:
+            out.append(f.watermarks(time.monotonic() + 15)[1])
+    return out
+
+
+def rows_up_to(bootstrap: str, topic: str, cut: Any) -> list[Row]:
+    """A read_committed read of every partition up to the boundary's cut."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    out: list[Row] = []
     try:
-        parts = consumer.committed([TopicPartition(sink.topic, p) for p in ends], 15)
+        todo = {p: cut.end(p) for p in range(cut.partitions) if cut.end(p) > 0}
+        consumer.assign([TopicPartition(topic, p, 0) for p in todo])
+        deadline = time.monotonic() + 30
+        positions = dict.fromkeys(todo, 0)
+        while any(positions[p] < todo[p] for p in todo):
+            assert time.monotonic() < deadline, f"not read up to {todo}: at {positions}"
+            for msg in consumer.consume(500, 0.2):
+                if msg.error() is not None:
+                    continue
+                p, o = msg.partition() or 0, msg.offset() or 0
+                if o < todo[p]:
+                    out.append(((msg.key() or b"").decode(), (msg.value() or b"").decode()))
+            for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
+                positions[tp.partition] = max(positions[tp.partition], tp.offset)
     finally:
         consumer.close()
-    assert {tp.metadata for tp in parts} == {'{"batch":0}'}
+    return out
+
+
+def test_a_reader_at_the_boundary_never_sees_half_a_batch(any_sink: Sink) -> None:
+    """While the committer of a batch holds its second task transaction back (one task
+    transaction committed and visible to any read_committed consumer), the boundary is still
+    the previous batch's: for the sink's first batch into the topic, a first boundary (batch
+    -1) holding what other producers wrote before; then batch 0's. A read up to it gives
+    exactly the previous state; then the new boundary gives both."""
+    import os
+    import threading
+
+    from confluent_kafka import Producer
+
+    sink = any_sink
+    before = rows("other", 5)
+    other = Producer({"bootstrap.servers": sink.bootstrap})
+    for key, value in before:
+        other.produce(sink.topic, key=key, value=value, partition=0)
+    assert other.flush(30) == 0
+    eos = sink.planned()
+    run = new_run_name()
+    errors: list[BaseException] = []
+
+    def commit(batch: int, reports: list[TaskTransaction]) -> None:
+        try:
+            sink.committer(run, eos).commit(batch, reports)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            errors.append(exc)
+
+    b0 = [sink.task(eos, 0, p, p, rows(f"b0p{p}", 25)) for p in range(2)]
+    os.environ[FAULT_ENV] = "ended@0=4"
+    thread = threading.Thread(target=commit, args=(0, b0))
+    try:
+        thread.start()
+        wait_for(lambda: len(committed_rows(sink.bootstrap, sink.topic)) == 30, "half of batch 0")
+        b = latest_boundary(sink.bootstrap, sink.topic)
+        assert b is not None and b.batch == -1
+        exactly(before, rows_up_to(sink.bootstrap, sink.topic, b))
+    finally:
+        thread.join(60)
+        os.environ.pop(FAULT_ENV, None)
+    assert not errors, errors
+    first = latest_boundary(sink.bootstrap, sink.topic)
+    assert first is not None and first.batch == 0
+    eos = sink.planned()
+    b1 = [sink.task(eos, 1, p, 10 + p, rows(f"b1p{p}", 25)) for p in range(2)]
+    os.environ[FAULT_ENV] = "ended@1=4"
+    thread = threading.Thread(target=commit, args=(1, b1))
+    try:
+        thread.start()
+        batch0 = before + rows("b0p0", 25) + rows("b0p1", 25)
+        # half of batch 1 is visible to a plain read_committed consumer ...
+        wait_for(lambda: len(committed_rows(sink.bootstrap, sink.topic)) == 80, "half of batch 1")
+        # ... but the boundary is still batch 0's, and reading up to it gives batch 0
+        b = latest_boundary(sink.bootstrap, sink.topic)
+        assert b is not None and b.batch == 0
+        exactly(batch0, rows_up_to(sink.bootstrap, sink.topic, b))
+    finally:
+        thread.join(60)
+        os.environ.pop(FAULT_ENV, None)
+    assert not errors, errors
+    b = latest_boundary(sink.bootstrap, sink.topic)
+    assert b is not None and b.batch == 1
+    assert all(b.end(p) >= first.end(p) for p in range(PARTITIONS))
+    everything = batch0 + rows("b1p0", 25) + rows("b1p1", 25)
+    exactly(everything, rows_up_to(sink.bootstrap, sink.topic, b))
+    with ProgressLog(sink.bootstrap) as progress:
+        assert progress.at_batch(sink.topic, 0) == first
+        with pytest.raises(BoundaryError) as info:
+            progress.at_batch(sink.topic, 7)
+    assert str(info.value) == (
+        f"option 'endingBatch': batch 7 of topic '{sink.topic}' is not available: "
+        f"__millrace_batches holds batches -1 (the oldest; older ones were compacted away) to 1 "
+        f"(the newest) of sink {eos.base}"
+    )
+
+
+def test_a_driver_dead_before_the_boundary_leaves_the_previous_one(sink: Sink) -> None:
+    """The driver transaction fails after every task transaction of batch 1 is committed (as
+    when the driver dies there): the output is visible, the boundary is still batch 0's; the
+    next run's commit of the prepared batch publishes batch 1's boundary."""
+    eos = sink.planned()
+    sink.committer(new_run_name(), eos).commit(0, [sink.task(eos, 0, 0, 1, rows("b0", 20))])
+    eos = sink.planned()
+    reports = [sink.task(eos, 1, p, 10 + p, rows(f"b1p{p}", 20)) for p in range(2)]
+    committer = sink.committer(new_run_name(), eos)
+
+    def dies(*_args: Any) -> None:
+        raise RuntimeError("the driver died")
+
+    committer._commit_driver = dies  # type: ignore[assignment,method-assign]
+    with pytest.raises(RuntimeError, match="the driver died"):
+        committer.commit(1, reports)
+    assert len(committed_rows(sink.bootstrap, sink.topic)) == 60  # all of batch 1 visible
+    b = latest_boundary(sink.bootstrap, sink.topic)
+    assert b is not None and b.batch == 0
+    exactly(rows("b0", 20), rows_up_to(sink.bootstrap, sink.topic, b))
+    eos = sink.planned()
+    record = sink.committer(new_run_name(), eos).commit(1, [])
+    assert record is not None and record.committed
+    b = latest_boundary(sink.bootstrap, sink.topic)
+    assert b is not None and b.batch == 1
+    exactly(
+        rows("b0", 20) + rows("b1p0", 20) + rows("b1p1", 20),
+        rows_up_to(sink.bootstrap, sink.topic, b),
+    )
+
+
+def test_a_partly_visible_batch_publishes_no_boundary(sink: Sink) -> None:
+    """A batch the brokers partly aborted (step 3.9) has no boundary until its replay
+    completes it: readers stay at the batch before."""
+    eos = sink.planned()
+    run = new_run_name()
+    sink.committer(run, eos).commit(0, [sink.task(eos, 0, 0, 1, rows("b0", 10))])
+    sink.options["kafka.transaction.timeout.ms"] = "60000"
+    eos = sink.planned()
+    reports = [sink.task(eos, 1, p, 10 + p, rows(f"b1p{p}", 10)) for p in range(2)]
+    lost = reports[1].transaction
+    assert lost is not None
+    committer = sink.committer(run, eos)
+    original = committer._end
+
+    def end_after_losing_one(entries: list[Any]) -> list[Any]:
+        with TxnClient(sink.bootstrap) as client:
+            client.fence([lost.transactional_id], 60_000)
+        return original(entries)
+
+    committer._end = end_after_losing_one  # type: ignore[method-assign]
+    with pytest.raises(ExactlyOnceError, match="partly visible"):
+        committer.commit(1, reports)
+    b = latest_boundary(sink.bootstrap, sink.topic)
+    assert b is not None and b.batch == 0
+    exactly(rows("b0", 10), rows_up_to(sink.bootstrap, sink.topic, b))
+    eos = sink.planned()
+    replay = [sink.task(eos, 1, p, 20 + p, rows(f"b1p{p}", 10)) for p in range(2)]
+    sink.committer(new_run_name(), eos).commit(1, replay)
+    b = latest_boundary(sink.bootstrap, sink.topic)
+    assert b is not None and b.batch == 1
+    exactly(
+        rows("b0", 10) + rows("b1p0", 10) + rows("b1p1", 10),
+        rows_up_to(sink.bootstrap, sink.topic, b),
+    )
+
+
+def test_a_new_sink_keeps_what_earlier_writers_wrote(sink: Sink) -> None:
+    """The first boundary of a topic other producers wrote to before: partitions the sink
+    did not write end at their last stable offset (the state then), not at 0."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": sink.bootstrap})
+    for i in range(30):
+        producer.produce(sink.topic, key=f"old-{i}", value="x", partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+    eos = sink.planned()
+    report = sink.task(eos, 0, 0, 1, [("only-key", "v")])
+    sink.committer(new_run_name(), eos).commit(0, [report])
+    b = latest_boundary(sink.bootstrap, sink.topic)
+    assert b is not None
+    seen = rows_up_to(sink.bootstrap, sink.topic, b)
+    assert len(seen) == 31 and ("only-key", "v") in seen
+
+
+def test_turning_boundaries_off_retires_the_old_ones(sink: Sink) -> None:
+    """batchBoundaries=false: the sink's next commit leaves a tombstone, so readers stop
+    using the boundary it published before (they read to the end offsets again)."""
+    eos = sink.planned()
+    run = new_run_name()
+    sink.committer(run, eos).commit(0, [sink.task(eos, 0, 0, 1, rows("b0", 5))])
+    assert latest_boundary(sink.bootstrap, sink.topic) is not None
+    sink.options["batchBoundaries"] = "false"
+    eos = sink.planned()
+    sink.committer(run, eos).commit(1, [sink.task(eos, 1, 0, 2, rows("b1", 5))])
+    assert latest_boundary(sink.bootstrap, sink.topic) is None
+    with (
+        ProgressLog(sink.bootstrap) as progress,
+        pytest.raises(BoundaryError, match="has no batch boundaries"),
+    ):
+        progress.at_batch(sink.topic, 0)

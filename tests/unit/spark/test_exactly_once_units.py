@@ -455,7 +455,7 @@ def test_a_sink_owns_exactly_its_own_transactional_ids() -> None:
     }
     assert orders.is_task_id("orders-0123456789abcdef-3-1")
     assert not orders.is_task_id(orders.driver_transactional_id)
-    assert orders.progress_group == "orders-0123456789abcdef"
+    assert orders.base == "orders-0123456789abcdef"
     # a bounded number of ids: the task attempt id picks one of SLOTS slots per partition
     assert {orders.task_transactional_id(0, t) for t in range(1000)} == {
         f"orders-0123456789abcdef-0-{s}" for s in range(SLOTS)
