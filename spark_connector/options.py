@@ -28,6 +28,11 @@ format name:
   (default 120000), ``kafka.default.api.timeout.ms`` (the Java client's name: how long the
   driver waits for the brokers' metadata and offsets, default 30000; not passed to
   librdkafka).
+* ``endingBatch`` (batch only): where a read of a topic the exactly-once sink writes ends:
+  ``latest`` (the default when no ending option is given: the newest micro-batch boundary),
+  a batch id, or ``none`` (the last stable offset, as for any other topic);
+  ``wholeBatches`` (streaming only, default false): advance one whole upstream micro-batch
+  per trigger (``docs/exactly-once.md``, "Whole micro-batches for readers").
 * ``readAs`` (batch only): ``records`` (default) or ``table``: one row per live key of a
   compacted topic, its latest record (see :func:`spark_connector.reader.latest_per_key`);
   with the default positions each task reads its partition as it is when the task runs, so
@@ -127,6 +132,15 @@ class ReadOptions:
     fetcher: str = "auto"
     group_fallback: OffsetKind = OffsetKind.EARLIEST
     metadata_timeout_ms: int = DEFAULT_METADATA_TIMEOUT_MS
+    ending_batch: int | str | None = None
+    """A batch read's micro-batch boundary (``endingBatch``): ``"latest"``, a batch id, or
+    None (no boundary: ``endingOffsets`` or ``endingBatch=none``)."""
+    whole_batches: bool = False
+    """A streaming read advances one whole upstream micro-batch at a time (``wholeBatches``)."""
+    at_boundary: bool = False
+    """Set by the planner for the tasks of a read that ends at a micro-batch boundary: read
+    read_committed, up to the planned end (not the live end of ``readAs=table``), waiting for
+    the last stable offset to reach it (an open transaction below it is aborted shortly)."""
 
     @property
     def group_id(self) -> str | None:
@@ -345,6 +359,11 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         for name in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"):
             if name.lower() in opts:
                 raise ValueError(f"option '{name}' is not valid in streaming queries")
+        if "endingbatch" in opts:
+            raise ValueError(
+                "option 'endingBatch' is not valid in streaming queries (option "
+                "'wholeBatches=true' makes a stream advance one whole upstream batch at a time)"
+            )
         starting = _offset_spec(opts, "starting", OffsetKind.LATEST)
         ending = None
     else:
@@ -470,6 +489,15 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
             "'librdkafka'"
         )
 
+    ending_batch, whole_batches = _batch_boundaries(opts, params, streaming=streaming)
+    if whole_batches:
+        for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger"):
+            if name.lower() in opts:
+                raise ValueError(
+                    f"option '{name}' cannot be used with wholeBatches=true: each micro-batch "
+                    "is one whole upstream batch"
+                )
+
     return ReadOptions(
         bootstrap_servers=bootstrap,
         kafka_params=params,
@@ -493,7 +521,70 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         fetcher=fetcher,
         group_fallback=fallback,
         metadata_timeout_ms=metadata_timeout,
+        ending_batch=ending_batch,
+        whole_batches=whole_batches,
     )
+
+
+def _batch_boundaries(
+    opts: dict[str, str], params: Mapping[str, str], *, streaming: bool
+) -> tuple[int | str | None, bool]:
+    """``endingBatch`` (batch reads) and ``wholeBatches`` (streams): whether a read of a topic
+    the exactly-once sink writes stops at a micro-batch boundary (``docs/exactly-once.md``).
+    Reads at a boundary are read_committed, so an explicit
+    ``kafka.isolation.level=read_uncommitted`` turns the default off and cannot be combined
+    with an explicit boundary."""
+    uncommitted = params.get("isolation.level", "").strip().lower() == "read_uncommitted"
+    whole_raw = opts.get("wholebatches")
+    if streaming:
+        whole = bool_option(opts, "wholeBatches", False)
+        if whole and uncommitted:
+            raise ValueError(
+                "option 'wholeBatches' reads whole committed micro-batches and cannot be used "
+                "with kafka.isolation.level=read_uncommitted"
+            )
+        return None, whole
+    if whole_raw is not None:
+        raise ValueError(
+            "option 'wholeBatches' is for streaming reads; a batch read ends at the latest "
+            "micro-batch boundary by default (option 'endingBatch')"
+        )
+    raw = opts.get("endingbatch")
+    explicit_end = any(
+        n in opts for n in ("endingoffsets", "endingoffsetsbytimestamp", "endingtimestamp")
+    )
+    if raw is None:
+        return (None if explicit_end or uncommitted else "latest"), False
+    text = raw.strip().lower()
+    if explicit_end:
+        given = [
+            n
+            for n in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
+            if n.lower() in opts
+        ]
+        raise ValueError(
+            f"option 'endingBatch' cannot be combined with '{given[0]}': give one ending position"
+        )
+    if text == "none":
+        return None, False
+    if uncommitted:
+        raise ValueError(
+            "option 'endingBatch' reads whole committed micro-batches and cannot be used with "
+            "kafka.isolation.level=read_uncommitted"
+        )
+    if text == "latest":
+        return "latest", False
+    try:
+        batch = int(text)
+    except ValueError:
+        batch = -1
+    if batch < 0:
+        raise ValueError(
+            "option 'endingBatch' must be 'latest' (the default: the newest committed "
+            "micro-batch of a topic the exactly-once sink writes), a batch id (>= 0) or "
+            f"'none' (up to the last stable offset), got {raw!r}"
+        )
+    return batch, False
 
 
 def validate_common(options: Mapping[str, str]) -> None:

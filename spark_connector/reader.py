@@ -5,7 +5,9 @@ Theory of operation
 Planning happens on the driver: :class:`~spark_connector.client.KafkaMetadataClient` lists
 the subscribed partitions and resolves the starting / ending positions to concrete offsets,
 and the pure :func:`~spark_connector.planner.plan_ranges` cuts them into
-:class:`MillraceInputPartition`\\ s (one Spark task each).
+:class:`MillraceInputPartition`\\ s (one Spark task each). A topic the exactly-once sink
+writes ends at a micro-batch boundary (``endingBatch``; a stream with ``wholeBatches``
+advances one upstream batch at a time): :mod:`spark_connector.boundary_reads`.
 
 Reading happens on executors in :func:`read_range`, with one of two fetchers (option
 ``fetcher``). The default, *direct*: a :class:`~spark_connector.kafka.fetcher.PartitionFetcher`
@@ -57,7 +59,17 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from spark_connector.boundary_reads import (
+    batch_ends,
+    boundary_options,
+    in_streaming_query,
+    stream_ends,
+    stream_start,
+    stream_target,
+    task_end,
+)
 from spark_connector.client import KafkaMetadataClient
+from spark_connector.exactly_once.boundaries import Boundary
 from spark_connector.offsets import PartitionOffsets, from_json_dict, to_json_dict
 from spark_connector.options import OffsetKind, ReadOptions
 from spark_connector.planner import OffsetRange, plan_ranges, rate_limit
@@ -111,11 +123,14 @@ def report_data_loss(options: ReadOptions, message: str) -> None:
 
 
 class MillraceInputPartition(InputPartition):
-    """One Spark task's share: records ``[from_offset, until_offset)`` of one partition."""
+    """One Spark task's share: records ``[from_offset, until_offset)`` of one partition;
+    ``at_boundary``: the range ends at a micro-batch boundary (read read_committed, up to its
+    end: :func:`~spark_connector.boundary_reads.boundary_options`)."""
 
-    def __init__(self, offset_range: OffsetRange) -> None:
+    def __init__(self, offset_range: OffsetRange, at_boundary: bool = False) -> None:
         super().__init__(offset_range)
         self.range = offset_range
+        self.at_boundary = at_boundary
 
     def __repr__(self) -> str:
         r = self.range
@@ -205,6 +220,7 @@ def _live(options: ReadOptions) -> tuple[bool, bool]:
     live_start = options.read_as_table and options.starting.kind is OffsetKind.EARLIEST
     live_end = (
         options.read_as_table
+        and not options.at_boundary  # a micro-batch boundary: the planned end
         and options.ending is not None
         and options.ending.kind is OffsetKind.LATEST
     )
@@ -290,6 +306,13 @@ def _read_direct(
         partition_max_bytes=int(kafka.get("max.partition.fetch.bytes", DIRECT_FETCH_BYTES)),
     ) as fetcher:
         low, high = fetcher.watermarks(time.monotonic() + timeout_s)
+        if options.at_boundary and high < r.until_offset:
+            # an open transaction (a zombie's, aborted right after the batch's commit) may
+            # hold the last stable offset below the boundary for a moment
+            wait_until = time.monotonic() + timeout_s
+            while high < r.until_offset and time.monotonic() < wait_until:
+                time.sleep(0.05)
+                low, high = fetcher.watermarks(time.monotonic() + timeout_s)
         start, until = _bounds(options, r, low, high)
         cols = new_columns("headers" in schema.names)
         position = start
@@ -474,8 +497,10 @@ def _read_with_consumer(
         consumer.close()
 
 
-def _input_partitions(ranges: list[OffsetRange]) -> list[MillraceInputPartition]:
-    return [MillraceInputPartition(r) for r in ranges]
+def _input_partitions(
+    ranges: list[OffsetRange], at_boundary: set[str] | frozenset[str] = frozenset()
+) -> list[MillraceInputPartition]:
+    return [MillraceInputPartition(r, r.topic in at_boundary) for r in ranges]
 
 
 def _nothing_subscribed(opts: ReadOptions) -> str:
@@ -495,9 +520,15 @@ class MillraceBatchReader(DataSourceReader):
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
+        self.boundary_topics: set[str] = set()
+        """Topics read read_committed up to exactly the planned end (every topic of a read
+        that looks for micro-batch boundaries, :func:`~spark_connector.boundary_reads.
+        batch_ends`)."""
 
     def plan(self) -> list[OffsetRange]:
-        """Resolve starting/ending positions against the cluster and plan the ranges."""
+        """Resolve starting/ending positions against the cluster (a topic the exactly-once
+        sink writes ends at a micro-batch boundary, :mod:`spark_connector.boundary_reads`)
+        and plan the ranges."""
         opts = self.options
         assert opts.ending is not None
         with KafkaMetadataClient(opts) as client:
@@ -511,6 +542,7 @@ class MillraceBatchReader(DataSourceReader):
                 return []
             start = client.resolve(opts.starting, tps, starting=True)
             end = client.resolve(opts.ending, tps, starting=False)
+        end, self.boundary_topics = batch_ends(opts, tps, start, end)
         for tp in tps:
             if end[tp] < start[tp]:
                 raise ValueError(
@@ -528,13 +560,22 @@ class MillraceBatchReader(DataSourceReader):
         )
 
     def partitions(self) -> Sequence[InputPartition]:
-        return _input_partitions(self.plan())
+        ranges = self.plan()
+        return _input_partitions(ranges, self.boundary_topics)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, MillraceInputPartition):
             return  # Spark's stand-in when planning found no partition: an empty DataFrame
         schema = arrow_schema(self.schema)
-        batches = read_range(self.options, partition.range, schema)
+        options = boundary_options(self.options) if partition.at_boundary else self.options
+        r = partition.range
+        if partition.at_boundary and self.options.read_as_table and in_streaming_query():
+            # the table side of a stream-static join: Spark plans it once and runs its tasks
+            # again every micro-batch, so the boundary is looked up again when the task runs
+            end = task_end(self.options, r.topic, r.partition)
+            if end is not None:
+                r = OffsetRange(r.topic, r.partition, r.from_offset, max(end, r.from_offset))
+        batches = read_range(options, r, schema)
         if self.options.read_as_table:
             yield from latest_per_key(batches, schema)
         else:
@@ -587,9 +628,11 @@ class MillraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     Trigger.AvailableNow, which must terminate)."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
-        self.options = options
+        # wholeBatches: whole committed upstream batches, so everything is read_committed
+        self.options = boundary_options(options) if options.whole_batches else options
         self.schema = schema
         self._available_now_target: PartitionOffsets | None = None
+        self._available_now_boundaries: dict[str, Boundary] | None = None
         # maxTriggerDelay counts from the query's start (Spark starts from 0, which lets
         # the first batch through below minOffsetsPerTrigger).
         self._last_trigger_ms = int(time.time() * 1000)
@@ -600,6 +643,8 @@ class MillraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with KafkaMetadataClient(self.options) as client:
             tps = client.partitions()
             start = client.resolve(self.options.starting, tps, starting=True)
+        if self.options.whole_batches:
+            start = stream_start(self.options, start)
         return to_json_dict(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -612,6 +657,10 @@ class MillraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         with KafkaMetadataClient(self.options) as client:
             self._available_now_target = client.latest(client.partitions())
+        if self.options.whole_batches:
+            self._available_now_boundaries = stream_target(
+                self.options, {tp.topic for tp in self._available_now_target}
+            )
 
     def _latest(self) -> PartitionOffsets:
         if self._available_now_target is not None:
@@ -651,6 +700,9 @@ class MillraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start_offsets = from_json_dict(start, "start offset")
         latest = self._latest()
         self._check_lost(start_offsets, latest)
+        if self.options.whole_batches:
+            ends = stream_ends(self.options, start_offsets, latest, self._available_now_boundaries)
+            return to_json_dict(ends)
         if isinstance(limit, ReadAllAvailable):
             return to_json_dict(latest)
         if self._delay_batch(start_offsets, latest):

@@ -2,7 +2,9 @@
 
 Reads every partition of ``--topic`` from its beginning to its end (the last stable offset with
 the default ``--isolation-level read_committed``, so open and aborted transactions are not
-shown), keeps the latest record of every key and drops keys whose latest record is a
+shown; for a topic the exactly-once Spark sink writes, the cut of its newest committed
+micro-batch, or of ``--batch N``, so the table is one that existed after a whole batch:
+``docs/exactly-once.md``; ``--no-boundary`` reads to the last stable offset), keeps the latest record of every key and drops keys whose latest record is a
 tombstone (a null value), as the log cleaner eventually will. Records without a key are not
 rows of a table and are skipped. The same view as ``spark.read.format("millrace")
 .option("readAs", "table")``.
@@ -20,17 +22,22 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from broker.cli.common import (
     CliError,
     Column,
     add_connection_options,
+    bootstrap_servers,
     client_config,
     format_table,
     guard,
     positive_int,
     silence_stdout,
 )
+
+if TYPE_CHECKING:
+    from spark_connector.exactly_once.boundaries import Boundary
 
 _PROG = "millrace table"
 _POLL_S = 1.0
@@ -61,6 +68,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         choices=("read_committed", "read_uncommitted"),
         default="read_committed",
         help="default read_committed: committed transactions only",
+    )
+    boundary = p.add_mutually_exclusive_group()
+    boundary.add_argument(
+        "--batch",
+        type=int,
+        metavar="N",
+        help="a topic the exactly-once sink writes: the table after its micro-batch N (default: "
+        "after the newest committed one)",
+    )
+    boundary.add_argument(
+        "--no-boundary",
+        action="store_true",
+        help="read up to the last stable offset, not to a micro-batch boundary",
     )
     p.add_argument("--max-rows", type=positive_int, help="print at most this many rows")
     p.add_argument(
@@ -95,10 +115,15 @@ def latest_rows(args: argparse.Namespace) -> list[Row]:
             reason = topic.error if topic is not None and topic.error is not None else "not found"
             raise CliError(f"topic '{args.topic}': {reason}")
         ends: dict[int, int] = {}
+        stable, cut = boundary(args)
         for p in sorted(topic.partitions):
             low, high = consumer.get_watermark_offsets(
                 TopicPartition(args.topic, p), timeout=args.timeout
             )
+            if cut is not None:
+                high = cut.end(p)
+            elif p in stable:
+                high = min(high, stable[p])
             if high > low:
                 ends[p] = high
         latest: dict[bytes, Row | None] = {}
@@ -117,9 +142,12 @@ def latest_rows(args: argparse.Namespace) -> list[Row]:
                         pending.discard(msg.partition())
                         continue
                     raise CliError(f"reading '{args.topic}': {err}")
-                seen += 1
                 key, value = msg.key(), msg.value()
                 partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+                if offset >= ends.get(partition, 0):  # past the end (a boundary's cut)
+                    pending.discard(partition)
+                    continue
+                seen += 1
                 if key is not None:
                     latest[key] = (
                         None
@@ -139,6 +167,44 @@ def latest_rows(args: argparse.Namespace) -> list[Row]:
         return sorted((r for r in latest.values() if r is not None), key=lambda r: r.key)
     finally:
         consumer.close()
+
+
+def boundary(args: argparse.Namespace) -> tuple[dict[int, int], Boundary | None]:
+    """The micro-batch boundary to read the topic at (``docs/exactly-once.md``): None when
+    the topic is not written by the exactly-once sink, or with ``--no-boundary``; and the
+    topic's last stable offsets taken before the look-up (partition -> offset; empty when
+    not looked up), where a topic without a boundary ends (a sink's first batch commits its
+    first boundary before any of its output, so they hold nothing of a batch)."""
+    from spark_connector.exactly_once.boundaries import BoundaryError, ProgressLog
+
+    asked = args.batch
+    if args.no_boundary:
+        return {}, None
+    if args.isolation_level != "read_committed":
+        if asked is not None:
+            raise CliError("--batch reads committed micro-batches: not with read_uncommitted")
+        return {}, None
+    if asked is not None and asked < 0:
+        raise CliError(f"--batch must be >= 0, got {asked}")
+    if getattr(args, "command_config", None):
+        if asked is not None:
+            raise CliError("--batch cannot be used with --command-config yet (plaintext only)")
+        return {}, None
+    try:
+        with ProgressLog(bootstrap_servers(args), timeout_s=args.timeout) as progress:
+            stable = progress.stable_ends(args.topic)
+            found = (
+                progress.latest(args.topic)
+                if asked is None
+                else progress.at_batch(args.topic, asked)
+            )
+    except BoundaryError as exc:
+        raise CliError(str(exc).replace("option 'endingBatch'", "--batch")) from exc
+    except (ConnectionError, RuntimeError) as exc:
+        raise CliError(f"reading the micro-batch boundaries of '{args.topic}': {exc}") from exc
+    if found is not None and sys.stderr.isatty():
+        sys.stderr.write(f"{args.topic} after {found.describe()}\n")
+    return stable, found
 
 
 @guard(_PROG)

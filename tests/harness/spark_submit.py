@@ -96,7 +96,8 @@ def task_workers(root: int) -> list[int]:
 
 class SparkSubmit:
     """``spark-submit jobs/<script> <job_args>`` in local mode (``local[2,4]`` by default: a
-    failed task is retried, as on a cluster), output to ``log_path``."""
+    failed task is retried, as on a cluster), output to ``log_path``, with ``env`` added to
+    the environment."""
 
     def __init__(
         self,
@@ -107,8 +108,10 @@ class SparkSubmit:
         submit_args: Sequence[str] = (),
         master: str = "local[2,4]",
         conf: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.script = script
+        self.env = dict(env or {})
         self.job_args = list(job_args)
         self.log_path = log_path
         self.submit_args = list(submit_args)
@@ -133,6 +136,7 @@ class SparkSubmit:
             SPARK_LOCAL_IP="127.0.0.1",
             PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
             PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            **self.env,
         )
         with self.log_path.open("wb") as out:
             self.proc = subprocess.Popen(

@@ -167,20 +167,38 @@ def test_table_options_are_checked(spark: Any, cluster: Any, topic_name: str) ->
         )
 
 
+@pytest.mark.parametrize("writer", ["producer", "exactly-once sink"])
 def test_stream_static_join_sees_table_updates(
-    spark: Any, cluster: Any, topic_name: str, tmp_path: Path
+    spark: Any, cluster: Any, topic_name: str, tmp_path: Path, writer: str
 ) -> None:
-    """A stream joined with the table: each micro-batch reads the table again, so a key's
-    new value is used from the next micro-batch on."""
+    """A stream joined with the table: each micro-batch reads the table again (Spark plans
+    the static side once and runs its tasks every micro-batch), so a key's new value is used
+    from the next micro-batch on; also when the table is written by the exactly-once sink,
+    whose readers stop at its newest micro-batch boundary, looked up again every time."""
     from confluent_kafka import Producer
 
     table_topic, events = f"{topic_name}-dim", f"{topic_name}-events"
     cluster.create_topic(table_topic, 2, {"cleanup.policy": "compact"})
     cluster.create_topic(events, 1)
     producer = Producer(cluster.conf({"linger.ms": 0}))
-    producer.produce(table_topic, key=b"u1", value=b"gold")
-    producer.produce(table_topic, key=b"u2", value=b"silver")
-    assert producer.flush(30) == 0
+
+    def update(pairs: list[tuple[str, str]]) -> None:
+        if writer == "producer":
+            for key, value in pairs:
+                producer.produce(table_topic, key=key.encode(), value=value.encode())
+            assert producer.flush(30) == 0
+            return
+        (
+            spark.createDataFrame(pairs, "key string, value string")
+            .write.format("millrace")
+            .option("kafka.bootstrap.servers", cluster.bootstrap)
+            .option("topic", table_topic)
+            .option("deliveryGuarantee", "exactly-once")
+            .mode("append")
+            .save()
+        )
+
+    update([("u1", "gold"), ("u2", "silver")])
     dim = _table(spark, cluster, table_topic).selectExpr(
         "key AS user", "CAST(value AS STRING) AS tier"
     )
@@ -211,8 +229,7 @@ def test_stream_static_join_sees_table_updates(
         while ("e1", "gold") not in seen and time.monotonic() < deadline:
             time.sleep(0.2)
         assert ("e1", "gold") in seen, seen
-        producer.produce(table_topic, key=b"u1", value=b"platinum")
-        assert producer.flush(30) == 0
+        update([("u1", "platinum")])
         time.sleep(1.0)  # a micro-batch boundary passes; the next batch re-reads the table
         producer.produce(events, key=b"u1", value=b"e2")
         assert producer.flush(30) == 0
