@@ -309,6 +309,7 @@ def test_controlled_shutdown_moves_leadership_first(
     check_identical_logs(c, topic_name, partitions)
 
 
+@pytest.mark.long  # 26 s: make fault (make test keeps under 30 minutes)
 def test_rolling_restart_under_load(
     cluster_factory: Callable[..., Cluster], topic_name: str
 ) -> None:
@@ -467,6 +468,7 @@ def test_kip101_leader_with_unreplicated_data(
     )
 
 
+@pytest.mark.long  # 27 s: make fault (test_kip101_leader_with_unreplicated_data stays in make test)
 def test_kip101_fast_double_leader_change(
     cluster_factory: Callable[..., Cluster], topic_name: str
 ) -> None:
