@@ -174,12 +174,21 @@ def next_cut(
     )
 
 
+# bootstrap servers -> the progress topic's partition count, once seen (it never changes)
+_progress_counts: dict[str, int] = {}
+
+
 def ensure_progress_topic(cluster: Cluster) -> int:
     """The progress topic's partition count, creating the topic first when it does not exist
-    (replication factor min(3, brokers), ``min.insync.replicas`` min(2, that))."""
+    (replication factor min(3, brokers), ``min.insync.replicas`` min(2, that)). Remembered
+    per process and cluster once seen."""
+    known = _progress_counts.get(cluster.bootstrap_text)
+    if known:
+        return known
     cluster.refresh([PROGRESS_TOPIC])
     count = cluster.partition_count(PROGRESS_TOPIC)
     if count > 0:
+        _progress_counts[cluster.bootstrap_text] = count
         return count
     replicas = max(1, min(3, len(cluster.brokers)))
     configs = dict(PROGRESS_CONFIGS, **{"min.insync.replicas": str(min(2, replicas))})
@@ -222,15 +231,21 @@ class ProgressLog:
         *,
         timeout_s: float = 30.0,
         client_id: str = "millrace-boundaries",
+        cluster: Cluster | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.timeout_s = timeout_s
         self.client_id = client_id
-        self._cluster = Cluster(bootstrap, client_id=client_id, request_timeout_s=timeout_s)
+        # ``cluster``: the caller's metadata client to share (not closed here)
+        self._owns_cluster = cluster is None
+        self._cluster = cluster or Cluster(
+            bootstrap, client_id=client_id, request_timeout_s=timeout_s
+        )
         self._count: int | None = None
 
     def close(self) -> None:
-        self._cluster.close()
+        if self._owns_cluster:
+            self._cluster.close()
 
     def __enter__(self) -> ProgressLog:
         return self
@@ -280,6 +295,7 @@ class ProgressLog:
             timeout_s=self.timeout_s,
             max_wait_ms=0,
             partition_max_bytes=1 << 20,
+            cluster=self._cluster,
         ) as fetcher:
             low, high = fetcher.watermarks(deadline)
             window = _FIRST_WINDOW

@@ -564,10 +564,12 @@ class Committer:
         if not written:
             return []
         if not self.eos.options.boundaries:
-            return self._retirements(written)
+            return self._retirements(client, written)
         now_ms = int(time.time() * 1000)
         out = []
-        with ProgressLog(self.bootstrap, timeout_s=self.timeout_s) as progress:
+        with ProgressLog(
+            self.bootstrap, timeout_s=self.timeout_s, cluster=client.cluster
+        ) as progress:
             for topic, ends in sorted(written.items()):
                 stable = end_offsets(client.cluster, topic, read_committed=True)
                 partitions = max(counts.get(topic, 0), len(stable), max(ends) + 1)
@@ -604,7 +606,9 @@ class Committer:
         if not topics:
             return
         todo = []
-        with ProgressLog(self.bootstrap, timeout_s=self.timeout_s) as progress:
+        with ProgressLog(
+            self.bootstrap, timeout_s=self.timeout_s, cluster=client.cluster
+        ) as progress:
             for topic in topics:
                 if progress.latest(topic) is not None:
                     _bounded[(self.bootstrap, topic)] = now + _RETIRED_TTL_S
@@ -639,7 +643,7 @@ class Committer:
             ", ".join(b.topic for b in todo),
         )
 
-    def _retirements(self, topics: Iterable[str]) -> list[Boundary]:
+    def _retirements(self, client: TxnClient, topics: Iterable[str]) -> list[Boundary]:
         """``batchBoundaries=false``: a tombstone for each topic whose newest progress record
         is a live boundary (readers must not stop at it any more); looked up once a minute
         per topic and process."""
@@ -648,7 +652,9 @@ class Committer:
         if not todo:
             return []
         out = []
-        with ProgressLog(self.bootstrap, timeout_s=self.timeout_s) as progress:
+        with ProgressLog(
+            self.bootstrap, timeout_s=self.timeout_s, cluster=client.cluster
+        ) as progress:
             for topic in sorted(todo):
                 if progress.latest(topic) is not None:
                     out.append(Boundary.retirement(topic))

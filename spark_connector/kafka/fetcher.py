@@ -115,8 +115,13 @@ class PartitionFetcher:
         timeout_s: float = 30.0,
         max_wait_ms: int = 100,
         partition_max_bytes: int = 8 << 20,
+        cluster: Cluster | None = None,
     ) -> None:
-        self._cluster = Cluster(bootstrap, client_id=client_id, request_timeout_s=timeout_s)
+        # ``cluster``: a metadata client of the caller's to share (not closed here)
+        self._owns_cluster = cluster is None
+        self._cluster = cluster or Cluster(
+            bootstrap, client_id=client_id, request_timeout_s=timeout_s
+        )
         self.topic = topic
         self.partition = partition
         self._isolation = 1 if read_committed else 0
@@ -131,7 +136,8 @@ class PartitionFetcher:
 
     def close(self) -> None:
         self._drop()
-        self._cluster.close()
+        if self._owns_cluster:
+            self._cluster.close()
 
     def __enter__(self) -> PartitionFetcher:
         return self
