@@ -282,7 +282,7 @@ def _read_direct(
     batches, aborted or compacted records) still move the position to the batch's end."""
     from spark_connector.kafka import fetcher as f
     from spark_connector.record_batches import (
-        is_abort_marker,
+        AbortedFilter,
         iter_batches,
         new_columns,
         records_section,
@@ -354,26 +354,14 @@ def _read_direct(
                         options, f"{where}: log ended at {log_end} before the requested end {until}"
                     )
                     break
-            aborted = sorted(result.aborted or (), key=lambda a: a[1]) if read_committed else []
-            next_abort = 0
-            aborted_producers: set[int] = set()
+            kept = AbortedFilter(result.aborted if read_committed else None)
             blob = records if records is not None else b""
             for b in batches:
                 if b.next_offset <= position:
                     continue
                 if b.base_offset >= until:
                     break
-                if read_committed and b.producer_id >= 0:
-                    while next_abort < len(aborted) and aborted[next_abort][1] <= b.last_offset:
-                        aborted_producers.add(aborted[next_abort][0])
-                        next_abort += 1
-                    if b.control:
-                        if is_abort_marker(records_section(blob, b)):
-                            aborted_producers.discard(b.producer_id)
-                        continue
-                    if b.transactional and b.producer_id in aborted_producers:
-                        continue
-                if b.control:
+                if kept.skip(blob, b):
                     continue
                 cols.add(
                     records_section(blob, b),

@@ -47,7 +47,7 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -400,30 +400,47 @@ def iter_records(
         pos = stop
 
 
+class AbortedFilter:
+    """read_committed filtering of one Fetch response's batches, in offset order, as Kafka's
+    Java consumer does it: the response's aborted transactions (``(producer id, first
+    offset)``) become active as the batches pass their first offsets; a transactional batch
+    of an active aborted producer is skipped, and that producer's ABORT marker deactivates
+    it. Control batches are never returned. With no aborted transactions (or
+    read_uncommitted) only control batches are skipped. One response, one thread."""
+
+    __slots__ = ("_active", "_next", "_pending")
+
+    def __init__(self, aborted: Iterable[tuple[int, int]] | None) -> None:
+        self._pending = sorted(aborted or (), key=lambda a: a[1])
+        self._next = 0
+        self._active: set[int] = set()
+
+    def skip(self, blob: bytes | memoryview, b: Batch) -> bool:
+        """Whether batch ``b`` of ``blob`` is not returned to the reader."""
+        if b.producer_id >= 0:
+            pending = self._pending
+            while self._next < len(pending) and pending[self._next][1] <= b.last_offset:
+                self._active.add(pending[self._next][0])
+                self._next += 1
+            if b.control:
+                if is_abort_marker(records_section(blob, b)):
+                    self._active.discard(b.producer_id)
+                return True
+            if b.transactional and b.producer_id in self._active:
+                return True
+        return b.control
+
+
 def committed_records(
     blob: bytes | memoryview, aborted: list[tuple[int, int]] | None
 ) -> Iterator[tuple[int, bytes | None, bytes | None]]:
     """``(offset, key, value)`` of the committed records of a read_committed Fetch response's
-    ``records`` blob and aborted transactions (``(producer id, first offset)``), as Kafka's
-    consumer filters them: control batches and the batches of aborted transactions are
-    skipped (see ``_read_direct`` in :mod:`spark_connector.reader` for the fast path)."""
-    pending = sorted(aborted or (), key=lambda a: a[1])
-    next_abort = 0
-    active: set[int] = set()
+    ``records`` blob and aborted transactions (``(producer id, first offset)``), filtered by
+    :class:`AbortedFilter`."""
+    kept = AbortedFilter(aborted)
     for b in iter_batches(blob):
-        if b.producer_id >= 0:
-            while next_abort < len(pending) and pending[next_abort][1] <= b.last_offset:
-                active.add(pending[next_abort][0])
-                next_abort += 1
-            if b.control:
-                if is_abort_marker(records_section(blob, b)):
-                    active.discard(b.producer_id)
-                continue
-            if b.transactional and b.producer_id in active:
-                continue
-        if b.control:
-            continue
-        yield from iter_records(records_section(blob, b), b)
+        if not kept.skip(blob, b):
+            yield from iter_records(records_section(blob, b), b)
 
 
 def _bitmap(bits: list[bool]) -> bytes:
