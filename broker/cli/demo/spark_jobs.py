@@ -166,6 +166,8 @@ def print_table(bootstrap: str, limit: int = 5) -> int:
         log_level="WARNING",
         topic=COUNTS_TOPIC,
         isolation_level="read_committed",
+        batch=None,  # the newest micro-batch boundary (the stream-counts job is exactly once)
+        no_boundary=False,
         timeout=60.0,
     )
     rows = latest_rows(args)
