@@ -264,6 +264,15 @@ class LogCleaner:
         )
         return job, list(segments)
 
+    @staticmethod
+    def _changed_under(log: Log, segments: list[LogSegment], marker: int) -> bool:
+        """Whether the log lost a segment of the round's snapshot, or was truncated or
+        closed, while the round ran."""
+        if log.closed or log.modification_marker() != marker:
+            return True
+        live = {id(s) for s in log.segments}
+        return any(id(s) not in live for s in segments)
+
     async def _clean(self, tp: TopicPartition, log: Log, found: CleanableRange) -> None:
         job, segments = self._job(log, found)
         marker = log.modification_marker()
@@ -280,12 +289,22 @@ class LogCleaner:
             self.stats.aborted_rounds += 1
             self._discard_outputs(log, job)
             return
-        except OSError as exc:
-            # an I/O error in the log's directory takes the directory offline (KIP-112)
-            log.io_error("cleaning", exc)
-            self.stats.aborted_rounds += 1
-            return
-        except Exception:
+        except Exception as exc:
+            if self._changed_under(log, segments, marker):
+                # a segment deleted or truncated under the round (retention, DeleteRecords,
+                # a follower's truncation, the log deleted): not the log's fault, as Kafka
+                # aborts such a round
+                logger.info(
+                    "log cleaner: %s changed during cleaning (%s); round discarded", tp, exc
+                )
+                self.stats.aborted_rounds += 1
+                self._discard_outputs(log, job)
+                return
+            if isinstance(exc, OSError):
+                # an I/O error in the log's directory takes the directory offline (KIP-112)
+                log.io_error("cleaning", exc)
+                self.stats.aborted_rounds += 1
+                return
             logger.exception("log cleaner: cleaning %s failed; marking it uncleanable", tp)
             self._uncleanable.add(tp)
             self._discard_outputs(log, job)
