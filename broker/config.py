@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.config_def import ConfigDef, ConfigError, ConfigType, at_least
+from broker.security.listener_security import SECURITY_CONFIGS, listener_override_name
 from broker.topic_config import TOPIC_CONFIG_SYNONYMS, TOPIC_CONFIGS, LogConfig
 
 __all__ = [
@@ -327,6 +328,8 @@ BROKER_CONFIGS.update(
     }
 )
 
+BROKER_CONFIGS.update({d.name: d for d in SECURITY_CONFIGS})
+
 # Kafka properties accepted for compatibility that have no effect in Millrace.
 IGNORED_BROKER_CONFIGS = frozenset(
     {
@@ -338,10 +341,8 @@ IGNORED_BROKER_CONFIGS = frozenset(
         "socket.receive.buffer.bytes",
         "background.threads",
         "group.coordinator.rebalance.protocols",
-        "listener.security.protocol.map",
-        "inter.broker.listener.name",
-        "security.inter.broker.protocol",
         "inter.broker.protocol.version",
+        "principal.builder.class",
     }
 )
 
@@ -376,8 +377,17 @@ class BrokerConfig:
     def __init__(self, props: Mapping[str, object]) -> None:
         values: dict[str, Any] = {name: d.default for name, d in BROKER_CONFIGS.items()}
         originals: dict[str, Any] = {}
+        self.listener_overrides: dict[str, dict[str, Any]] = {}
         for name, raw in props.items():
             if name in IGNORED_BROKER_CONFIGS:
+                continue
+            override = listener_override_name(name)
+            if override is not None:
+                listener, setting = override
+                base = BROKER_CONFIGS.get(setting) or BROKER_CONFIGS["sasl.jaas.config"]
+                value = dataclasses.replace(base, name=name).parse(raw)
+                self.listener_overrides.setdefault(listener, {})[setting] = value
+                originals[name] = value
                 continue
             definition = BROKER_CONFIGS.get(name)
             if definition is None:
@@ -399,6 +409,14 @@ class BrokerConfig:
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
+
+    def listener_value(self, listener: str, name: str) -> Any:
+        """A setting as ``listener`` sees it: its ``listener.name.<listener>.<name>``
+        override, else the broker-wide value (None for an unknown per-mechanism name)."""
+        overrides = self.listener_overrides.get(listener.upper(), {})
+        if name in overrides:
+            return overrides[name]
+        return self.values.get(name)
 
     @property
     def broker_id(self) -> int:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -40,7 +41,9 @@ from broker.api.dispatcher import Dispatcher
 from broker.api.forwarding import FORWARDING_CLIENT_SUFFIX
 from broker.clock import SYSTEM_CLOCK, Clock
 from broker.config import BrokerConfig
+from broker.config_def import ConfigError
 from broker.controller import znodes
+from broker.controller.channel import ControllerChannel
 from broker.controller.controller import Controller
 from broker.controller.zk_client import ZkClient
 from broker.coordinator.group.coordinator import GroupCoordinator
@@ -60,7 +63,23 @@ from broker.network.server import KafkaServer
 from broker.protocol import interbroker as _interbroker
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import KafkaError
+from broker.protocol.response import ConnectionInfo
 from broker.replication.replica_manager import ReplicaManager
+from broker.security.authorizer import (
+    KAFKA_AUTHORIZER_CLASSES,
+    AclAuthorizer,
+    parse_super_users,
+)
+from broker.security.client_security import ClientSecurity
+from broker.security.credentials import CredentialCache
+from broker.security.listener_security import (
+    ListenerSecurity,
+    build_listener_security,
+    inter_broker_client_security,
+    inter_broker_listener,
+    listener_protocol,
+)
+from broker.security.sasl_session import SaslSession
 from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -89,6 +108,10 @@ class Broker:
         self.broker_pool: BrokerPool | None = None
         self.forwarding_pool: BrokerPool | None = None
         self.log_cleaner: LogCleaner | None = None
+        self.credentials: CredentialCache | None = None
+        self.authorizer: AclAuthorizer | None = None
+        self.inter_broker_listener = ""
+        self.inter_broker_security: ClientSecurity | None = None
         self.log_dir_failures = LogDirFailureChannel()
         """Where this broker's log directories go offline (KIP-112)."""
         self.exit_reason: str | None = None
@@ -97,6 +120,10 @@ class Broker:
 
     async def start(self) -> None:
         cfg = self.config
+        # the listeners' security first: a bad key store or JAAS line fails start-up at once
+        self.inter_broker_listener = inter_broker_listener(cfg)
+        listener_security = {x.name: build_listener_security(cfg, x.name) for x in cfg.listeners}
+        self.inter_broker_security = inter_broker_client_security(cfg)
         self.zk = zk = ZkClient(
             cfg["zookeeper.connect"],
             session_timeout_ms=cfg["zookeeper.session.timeout.ms"],
@@ -130,10 +157,25 @@ class Broker:
             alter_isr=self._alter_isr,
             log_dir_event=self._propagate_log_dir_event,
             on_all_log_dirs_offline=self._halt,
+            inter_broker_security=self.inter_broker_security,
         )
         topic_configs.add_listener(self.replica_manager.update_log_config)
         metadata = MetadataCache(cluster_id)
-        self.controller = Controller(zk, metadata, cfg, self.broker_id, topic_configs)
+        self.controller = Controller(
+            zk,
+            metadata,
+            cfg,
+            self.broker_id,
+            topic_configs,
+            channel_factory=functools.partial(
+                ControllerChannel, security=self.inter_broker_security
+            ),
+        )
+        self.credentials = credentials = CredentialCache(zk)
+        await credentials.start()
+        self.authorizer = self._authorizer(zk)
+        if self.authorizer is not None:
+            await self.authorizer.start()
         producer_ids = ProducerIdManager(lambda: zk.allocate_producer_id_block(self.broker_id))
         self.group_coordinator = GroupCoordinator(
             cfg, self.clock, self.broker_id, metadata, self.replica_manager, self.controller
@@ -153,12 +195,16 @@ class Broker:
             txn_coordinator=txn_coordinator,
             forwarder=self._forwarding_pool(metadata),
             own_broker_epoch=zk.registered_broker_epoch,
+            authorizer=self.authorizer,
+            credentials=credentials,
+            zk_security=zk,
         )
-        dispatcher = Dispatcher(services, cfg.listeners[0].name)
+        dispatcher = Dispatcher(services, self.inter_broker_listener)
         self.controller.set_local_handler(dispatcher.handle_local)
         assert self.broker_pool is not None
         self.broker_pool.set_local_handler(dispatcher.handle_local)
         for listener in cfg.listeners:
+            security = listener_security[listener.name]
             server = KafkaServer(
                 listener.host,
                 listener.port,
@@ -167,6 +213,8 @@ class Broker:
                 max_request_bytes=cfg["socket.request.max.bytes"],
                 max_queued_requests=cfg["queued.max.requests"],
                 idle_timeout_s=cfg["connections.max.idle.ms"] / 1000.0,
+                ssl_context=security.ssl_context,
+                on_connect=self._connection_security(security, credentials),
             )
             await server.start()
             self.servers.append(server)
@@ -177,7 +225,9 @@ class Broker:
             znodes.BrokerIdZNode.create(
                 self.broker_id,
                 [str(x) for x in cfg.advertised_listeners],
-                security_protocols={x.name: "PLAINTEXT" for x in cfg.advertised_listeners},
+                security_protocols={
+                    x.name: listener_protocol(cfg, x.name) for x in cfg.advertised_listeners
+                },
                 rack=cfg["broker.rack"],
             ),
             # a hard-killed previous instance's ephemeral znode lives until its session
@@ -188,6 +238,50 @@ class Broker:
         await self.controller.startup()
         self._start_periodic_tasks()
         log.info("broker %d started (cluster %s)", self.broker_id, cluster_id)
+
+    def _authorizer(self, zk: ZkClient) -> AclAuthorizer | None:
+        """``authorizer.class.name``: Kafka's ZooKeeper ACL authorizer (by Kafka's class name)
+        or none."""
+        cfg = self.config
+        name = str(cfg["authorizer.class.name"] or "").strip()
+        if not name:
+            return None
+        if name not in KAFKA_AUTHORIZER_CLASSES:
+            raise ConfigError(
+                f"Invalid value {name!r} for configuration authorizer.class.name: Millrace "
+                f"provides Kafka's ZooKeeper ACL authorizer ({sorted(KAFKA_AUTHORIZER_CLASSES)[0]})"
+            )
+        return AclAuthorizer(
+            zk,
+            super_users=parse_super_users(cfg["super.users"]),
+            allow_if_no_acl=bool(cfg["allow.everyone.if.no.acl.found"]),
+        )
+
+    def _connection_security(
+        self, security: ListenerSecurity, credentials: CredentialCache
+    ) -> Callable[[ConnectionInfo, asyncio.BaseTransport], None] | None:
+        """What a new connection of a secured listener learns: its TLS principal, and for
+        SASL its exchange state."""
+        if not security.tls and not security.sasl:
+            return None
+        clock = self.clock
+
+        def on_connect(info: ConnectionInfo, transport: asyncio.BaseTransport) -> None:
+            if security.tls:
+                ssl_object = transport.get_extra_info("ssl_object")
+                der = ssl_object.getpeercert(binary_form=True) if ssl_object else None
+                info.principal = security.principal_of_certificate(der)
+            if security.sasl:
+                info.sasl = SaslSession(
+                    security.mechanisms,
+                    credentials.get,
+                    security.plain_users,
+                    reauth_ms=security.reauth_ms,
+                    failure_delay_ms=security.failure_delay_ms,
+                    clock=clock.monotonic,
+                )
+
+        return on_connect
 
     def _start_log_cleaner(self, topic_configs: TopicConfigManager) -> None:
         """Compaction of ``cleanup.policy=compact`` logs (``log.cleaner.*``)."""
@@ -220,6 +314,7 @@ class Broker:
             self.broker_id,
             _address_in(metadata),
             client_id=f"broker-{self.broker_id}{FORWARDING_CLIENT_SUFFIX}",
+            security=self.inter_broker_security,
             # CreateTopics and DeleteTopics wait for the cluster's metadata on the controller
             request_timeout_s=self.config["request.timeout.ms"] / 1000.0 + 30.0,
         )
@@ -238,6 +333,7 @@ class Broker:
             self.broker_id,
             _address_in(metadata),
             client_id=f"broker-{self.broker_id}-transactions",
+            security=self.inter_broker_security,
             request_timeout_s=cfg["request.timeout.ms"] / 1000.0,
         )
         markers = TransactionMarkerChannel(metadata, pool)
@@ -376,6 +472,10 @@ class Broker:
             await self.controller.shutdown()
         if self.topic_configs is not None:
             await self.topic_configs.stop()
+        if self.credentials is not None:
+            await self.credentials.stop()
+        if self.authorizer is not None:
+            await self.authorizer.stop()
         if self.replica_manager is not None:
             self.replica_manager.checkpoint_high_watermarks()
         if self.log_manager is not None:
@@ -409,12 +509,13 @@ class Broker:
                 elif controller_id is not None:
                     node = await zk.get_broker(controller_id)
                     if node is not None and node.parsed_endpoints:
-                        ep = node.parsed_endpoints[0]
+                        ep = node.endpoint(self.inter_broker_listener) or node.parsed_endpoints[0]
                         conn = BrokerConnection(
                             ep.host,
                             ep.port,
                             client_id=f"broker-{self.broker_id}",
                             request_timeout_s=cfg["controller.socket.timeout.ms"] / 1000.0,
+                            security=self.inter_broker_security,
                         )
                         try:
                             await conn.connect()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.api.context import RequestContext
 from broker.config import BROKER_CONFIGS
-from broker.config_def import format_config_value
+from broker.config_def import ConfigType, format_config_value
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -107,14 +107,16 @@ def _describe_broker(
             continue
         value = cfg.values[cname]
         source = SOURCE_STATIC_BROKER if cname in cfg.originals else SOURCE_DEFAULT
+        sensitive = BROKER_CONFIGS[cname].type is ConfigType.PASSWORD
         out.append(
             registry.build(
                 entry_cls,
                 name=cname,
-                value=None if value is None else format_config_value(value),
+                # a password's value is never sent (Kafka answers null, is_sensitive)
+                value=None if value is None or sensitive else format_config_value(value),
                 read_only=True,
                 config_source=source,
-                is_sensitive=False,
+                is_sensitive=sensitive,
                 synonyms=(),
                 config_type=BROKER_CONFIGS[cname].type.value,
                 documentation=BROKER_CONFIGS[cname].doc if docs else None,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from broker.protocol.framing import RequestHeader
+from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from broker.clock import Clock
     from broker.config import BrokerConfig
     from broker.controller.controller import Controller
+    from broker.controller.zk_security import ZkSecurityOps
     from broker.coordinator.group.coordinator import GroupCoordinator
     from broker.coordinator.producer_ids import ProducerIdManager
     from broker.coordinator.transaction.coordinator import TransactionCoordinator
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
     from broker.metadata.topic_configs import TopicConfigManager
     from broker.protocol.response import ConnectionInfo
     from broker.replication.replica_manager import ReplicaManager
+    from broker.security.authorizer import AclAuthorizer
+    from broker.security.credentials import CredentialCache
 
 
 @dataclass(slots=True)
@@ -48,6 +52,13 @@ class BrokerServices:
     own_broker_epoch: Callable[[], Awaitable[int]] | None = None
     """This broker's epoch once it is registered (controller requests wait for it and are
     refused when they name an older one); None: not checked."""
+    authorizer: AclAuthorizer | None = None
+    """``authorizer.class.name``'s authorizer; None: every request is allowed (Kafka
+    without an authorizer)."""
+    credentials: CredentialCache | None = None
+    """The SCRAM credentials SASL listeners authenticate against."""
+    zk_security: ZkSecurityOps | None = None
+    """ZooKeeper's ACL and user-config znodes (the ACL and SCRAM admin APIs write there)."""
 
 
 @dataclass(slots=True)
@@ -66,3 +77,23 @@ class RequestContext:
 
     def extra(self) -> dict[str, Any]:
         return self.connection.extra
+
+    def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """Whether the connection's principal may ``operation`` on the resource (always,
+        without an authorizer or for the broker's own requests)."""
+        authorizer = self.services.authorizer
+        if authorizer is None or self.connection.internal:
+            return True
+        conn = self.connection
+        return authorizer.authorize(conn.principal, conn.peer, operation, resource_type, name)
+
+    def authorize_cluster(self, operation: Operation) -> bool:
+        return self.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def authorize_any(self, operation: Operation, resource_type: ResourceType) -> bool:
+        """Whether the principal may ``operation`` on some resource of the type (KIP-679)."""
+        authorizer = self.services.authorizer
+        if authorizer is None or self.connection.internal:
+            return True
+        conn = self.connection
+        return authorizer.authorize_any(conn.principal, conn.peer, operation, resource_type)

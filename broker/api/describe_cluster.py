@@ -35,8 +35,9 @@ async def handle(
             cluster_authorized_operations=-2147483648,
         )
     brokers = tuple(
-        registry.build(broker_cls, broker_id=b.id, host=b.host, port=b.port, rack=b.rack)
+        registry.build(broker_cls, broker_id=b.id, host=host, port=port, rack=b.rack)
         for b in cache.brokers()
+        for host, port in (b.address_for(ctx.connection.listener),)
     )
     return registry.build(
         cls,

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.api import (
+    acls,
     api_versions,
     configs,
     describe_cluster,
@@ -43,6 +44,8 @@ from broker.api import (
     producer_id,
     reassignments,
     records_admin,
+    sasl,
+    scram_credentials,
     topics,
     transactions,
     txn_partitions,
@@ -106,6 +109,15 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DESCRIBE_PRODUCERS: txn_partitions.handle_describe_producers,
     ApiKey.DESCRIBE_TRANSACTIONS: transactions.handle_describe_transactions,
     ApiKey.LIST_TRANSACTIONS: transactions.handle_list_transactions,
+    ApiKey.SASL_HANDSHAKE: sasl.handle_sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: sasl.handle_sasl_authenticate,
+    ApiKey.DESCRIBE_ACLS: acls.handle_describe_acls,
+    ApiKey.CREATE_ACLS: acls.handle_create_acls,
+    ApiKey.DELETE_ACLS: acls.handle_delete_acls,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (
+        scram_credentials.handle_describe_user_scram_credentials
+    ),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_credentials.handle_alter_user_scram_credentials,
 }
 assert set(HANDLERS) == set(registry.SUPPORTED_APIS), "registry and handlers disagree"
 
@@ -167,7 +179,9 @@ class Dispatcher:
 
     def __init__(self, services: BrokerServices, local_listener: str = "PLAINTEXT") -> None:
         self.services = services
-        self._local = ConnectionInfo(peer="local", listener=local_listener, connection_id=-1)
+        self._local = ConnectionInfo(
+            peer="local", listener=local_listener, connection_id=-1, internal=True
+        )
 
     async def handle_local(self, api_key: int, version: int, request: Any) -> Any:
         """Run a request from this broker's own controller (or coordinators) without a
@@ -177,11 +191,16 @@ class Dispatcher:
         return await handler(RequestContext(header, self._local, self.services), request)
 
     async def __call__(self, conn: ConnectionInfo, frame: bytes) -> Response | None:
+        session = conn.sasl
+        if session is not None and session.raw:
+            return sasl.raw_token(conn, session, frame)
         try:
             header, pos = parse_request_header(frame)
         except InvalidRequestError as exc:
             raise CloseConnection(f"malformed request header: {exc}") from exc
         api_key, version = header.api_key, header.api_version
+        if session is not None and not session.authenticated:
+            sasl.check_gate(conn, session, api_key)
         route = _route(api_key, version)
         if route is None:
             return self._unsupported(header.correlation_id, api_key, version)

@@ -38,6 +38,12 @@ if TYPE_CHECKING:
     from broker.protocol import messages
 
 
+def _on_listener(ctx: RequestContext, node_id: int, host: str, port: int) -> tuple[str, int]:
+    """The coordinator's address on the listener the client came through."""
+    broker = ctx.services.metadata.broker(node_id)
+    return (host, port) if broker is None else broker.address_for(ctx.connection.listener)
+
+
 async def lookup(
     ctx: RequestContext, key: str, key_type: int
 ) -> tuple[ErrorCode, str | None, int, str, int]:
@@ -45,14 +51,14 @@ async def lookup(
     if key_type == GROUP:
         error, node_id, host, port = await ctx.services.group_coordinator.find_coordinator(key)
         if error is ErrorCode.none:
-            return error, None, node_id, host, port
+            return error, None, node_id, *_on_listener(ctx, node_id, host, port)
         return (error, _message(error), *NO_NODE)
     if key_type == TRANSACTION:
         if not key:
             return ErrorCode.invalid_request, "the transactional id is empty", *NO_NODE
         error, node_id, host, port = await ctx.services.txn_coordinator.find_coordinator(key)
         if error is ErrorCode.none:
-            return error, None, node_id, host, port
+            return error, None, node_id, *_on_listener(ctx, node_id, host, port)
         return (error, _message(error), *NO_NODE)
     return (
         ErrorCode.invalid_request,

@@ -154,7 +154,13 @@ async def handle_update_metadata(
             chosen = endpoints[0]
         if chosen is not None:
             brokers.append(
-                BrokerInfo(BrokerId(int(b.id)), str(chosen.host), int(chosen.port), b.rack)
+                BrokerInfo(
+                    BrokerId(int(b.id)),
+                    str(chosen.host),
+                    int(chosen.port),
+                    b.rack,
+                    tuple((str(e.listener), str(e.host), int(e.port)) for e in endpoints),
+                )
             )
     cache.set_brokers(brokers)
     cache.controller_id = int(request.controller_id)

@@ -49,6 +49,14 @@ from broker.cli.cluster_process import (
     zookeeper_command,
 )
 from broker.cli.cluster_registration import wait_registered, wait_unregistered, zk_snapshot
+from broker.cli.cluster_security import (
+    SECURITY_CHOICES,
+    ClusterSecurity,
+    create_users,
+    listener_for,
+)
+from broker.cli.cluster_security import describe as describe_security
+from broker.cli.cluster_security import prepare as prepare_security
 from broker.cli.common import Column, fail, format_table
 
 CLUSTER_FILE = "cluster.json"
@@ -102,12 +110,14 @@ def _write_server_properties(
     data_dir: Path,
     zk_connect: str,
     overrides: Mapping[str, str],
+    security: ClusterSecurity | None = None,
 ) -> None:
     base = {
         "broker.id": str(broker_id),
-        "listeners": f"PLAINTEXT://{HOST}:{port}",
+        "listeners": listener_for(security.protocol if security else None, HOST, port),
         "log.dirs": str(data_dir),
         "zookeeper.connect": zk_connect,
+        **(security.broker_props if security else {}),
     }
     lines = [
         "# Written by `millrace cluster up`; start-broker reuses it.",
@@ -122,7 +132,10 @@ def _write_server_properties(
         lines.append("# --set overriding the cluster's own values")
         lines += [f"{k}={overrides[k]}" for k in clash]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    # private: a secured broker's file holds its inter-broker password
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 def _log_dirs_of(bdir: Path, data_dir: Path, overrides: Mapping[str, str]) -> list[str]:
@@ -201,10 +214,13 @@ def cluster_up(
     *,
     timeout: float = DEFAULT_UP_TIMEOUT_S,
     progress: IO[str] | None = sys.stderr,
+    security: str | None = None,
 ) -> dict[str, Any]:
     """Start ZooKeeper and ``brokers`` brokers (ids 1..N on ``base_port``..), wait until all
     are registered and a controller is elected, write and return ``cluster.json``'s content.
-    On failure everything started is stopped and :class:`ClusterError` raised."""
+    ``security`` (ssl, sasl_plaintext, sasl_ssl) secures the cluster
+    (:mod:`broker.cli.cluster_security`). On failure everything started is stopped and
+    :class:`ClusterError` raised."""
     from broker.zookeeper import port_is_free
 
     directory = Path(directory).absolute()
@@ -229,10 +245,14 @@ def cluster_up(
     if busy:
         raise ClusterError(f"port(s) {busy} on {HOST} already in use")
 
+    secured = prepare_security(directory, security) if security else None
     started: list[int] = []
     zk_proc: subprocess.Popen[bytes] | None = None
     try:
         zk_proc = _start_zookeeper(directory, zk_port, progress)
+        if secured is not None and secured.users:
+            create_users(zk_connect, secured.users)
+            say(progress, f"created SCRAM users {', '.join(sorted(secured.users))}")
         ids = list(range(1, brokers + 1))
         if ids:
             wait_unregistered(zk_connect, ids, timeout, progress)
@@ -244,7 +264,9 @@ def cluster_up(
             bdir = directory / f"broker-{broker_id}"
             data_dir = bdir / "data"
             config = bdir / "server.properties"
-            _write_server_properties(config, broker_id, port, data_dir, zk_connect, overrides)
+            _write_server_properties(
+                config, broker_id, port, data_dir, zk_connect, overrides, secured
+            )
             out_files[broker_id] = bdir / "broker.out"
             proc = spawn(broker_command(config), out_files[broker_id], bdir)
             started.append(proc.pid)
@@ -283,6 +305,11 @@ def cluster_up(
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "brokers": entries,
         }
+        if secured is not None:
+            info["security"] = secured.protocol
+            info["client_config"] = secured.client_config
+            info["client_properties"] = str(secured.client_properties)
+            say(progress, describe_security(info))
         write_cluster(directory, info)
         return info
     except BaseException:
@@ -472,6 +499,13 @@ def add_parser(subparsers: Any) -> None:
         default=DEFAULT_UP_TIMEOUT_S,
         help="seconds to wait for registration (default %(default)s)",
     )
+    up.add_argument(
+        "--security",
+        choices=SECURITY_CHOICES,
+        default=None,
+        help="secure the cluster: TLS (ssl, mutual), SASL/SCRAM (sasl_plaintext) or both "
+        "(sasl_ssl), with ACLs; client settings go to cluster.json and client.properties",
+    )
     up.set_defaults(func=_run_up)
 
     down = sub.add_parser("down", help="stop the brokers, then ZooKeeper")
@@ -514,7 +548,13 @@ def _run_up(args: argparse.Namespace) -> int:
     try:
         overrides = parse_set_options(args.set)
         info = cluster_up(
-            args.dir, args.brokers, args.base_port, args.zk_port, overrides, timeout=args.timeout
+            args.dir,
+            args.brokers,
+            args.base_port,
+            args.zk_port,
+            overrides,
+            timeout=args.timeout,
+            security=args.security,
         )
     except (ClusterError, ConfigError, OSError) as exc:
         return _fail(exc)

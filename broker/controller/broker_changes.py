@@ -117,7 +117,7 @@ class BrokerChanges:
             for broker_id in dead:
                 channel.remove_broker(broker_id)
             for broker_id in sorted(new):
-                host, port = ControllerContext.address(ctx.live_brokers[broker_id])
+                host, port = ctx.address(ctx.live_brokers[broker_id])
                 channel.add_broker(broker_id, host, port)
         return new, dead
 

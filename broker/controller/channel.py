@@ -100,7 +100,10 @@ class ControllerChannel:
         retry_backoff_s: float = 0.1,
         connect_timeout_s: float = 10.0,
         request_timeout_s: float = 30.0,
+        security: Any = None,
     ) -> None:
+        """``security``: the inter-broker listener's ``ClientSecurity`` (None: plaintext)."""
+        self._security = security
         self.controller_id = controller_id
         self._local_handler = local_handler
         self._client_id = client_id
@@ -267,6 +270,7 @@ class ControllerChannel:
                         client_id=self._client_id,
                         connect_timeout_s=self._connect_timeout_s,
                         request_timeout_s=self._request_timeout_s,
+                        security=self._security,
                     )
                     state.connection = connection
                     await connection.connect()

@@ -47,10 +47,17 @@ class ControllerContext:
     replicas_on_offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
     partition_states: PartitionStateMachine = field(default_factory=PartitionStateMachine)
     replica_states: ReplicaStateMachine = field(default_factory=ReplicaStateMachine)
+    inter_broker_listener: str | None = None
+    """The listener brokers reach each other on (``inter.broker.listener.name``); None: the
+    first advertised one."""
 
     def reset(self, epoch: int = 0, epoch_zk_version: int = 0) -> None:
         """Forget everything (a new term as controller, or a resignation)."""
-        fresh = ControllerContext(epoch=epoch, epoch_zk_version=epoch_zk_version)
+        fresh = ControllerContext(
+            epoch=epoch,
+            epoch_zk_version=epoch_zk_version,
+            inter_broker_listener=self.inter_broker_listener,
+        )
         for f in fields(self):
             setattr(self, f.name, getattr(fresh, f.name))
 
@@ -83,10 +90,14 @@ class ControllerContext:
     def partitions_of(self, topic: str) -> list[TopicPartition]:
         return sorted(tp for tp in self.assignments if tp.topic == topic)
 
-    @staticmethod
-    def address(node: znodes.BrokerIdZNode) -> tuple[str, int]:
-        """The (host, port) of a broker's first advertised endpoint."""
+    def address(self, node: znodes.BrokerIdZNode) -> tuple[str, int]:
+        """The (host, port) of a broker's inter-broker endpoint (its first advertised one
+        when it has no endpoint of that listener)."""
         endpoints = node.parsed_endpoints
+        if self.inter_broker_listener is not None:
+            for ep in endpoints:
+                if ep.listener == self.inter_broker_listener:
+                    return ep.host, ep.port
         if endpoints:
             return endpoints[0].host, endpoints[0].port
         return node.host or "127.0.0.1", node.port

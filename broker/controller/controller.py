@@ -109,6 +109,7 @@ from broker.controller.zk_interface import ControllerMovedError, ZkOperations
 from broker.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
 from broker.metadata.topic_configs import TopicConfigManager
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.listener_security import inter_broker_listener
 from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ class Controller:
         self.broker_id = broker_id
         self.topic_configs = topic_configs
         self.epoch: int | None = None
-        self.ctx = ControllerContext()
+        self.ctx = ControllerContext(inter_broker_listener=inter_broker_listener(config))
         self.requests = ControllerRequestSender(self.ctx, broker_id)
         self.driver = StateDriver(self.ctx, zk, topic_configs, broker_id)
         self.log_dir_failures = LogDirFailures(self.ctx, zk, self.driver, self.requests)

@@ -37,6 +37,8 @@ STOP_REPLICA = (ApiKey.STOP_REPLICA, 3)
 UPDATE_METADATA = (ApiKey.UPDATE_METADATA, 7)
 LEADER_DURING_DELETE = -2
 PLAINTEXT = 0
+# Kafka's SecurityProtocol ids, as UpdateMetadata carries them
+_SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 Outgoing = tuple[int, tuple[int, int], Any]
 
@@ -207,7 +209,12 @@ def update_metadata_requests(
     for broker_id, node in sorted(ctx.live_brokers.items()):
         endpoints = tuple(
             ib.UpdateMetadataEndpoint(
-                port=e.port, host=e.host, listener=e.listener, security_protocol=PLAINTEXT
+                port=e.port,
+                host=e.host,
+                listener=e.listener,
+                security_protocol=_SECURITY_PROTOCOL_IDS.get(
+                    node.listener_security_protocol_map.get(e.listener, "PLAINTEXT"), PLAINTEXT
+                ),
             )
             for e in node.parsed_endpoints
         )

@@ -43,6 +43,7 @@ from broker.controller.zk_interface import (
     ZkOperations,
     ZkState,
 )
+from broker.controller.zk_security import ZkSecurityOps
 from broker.controller.zk_session import DEFAULT_SESSION_TIMEOUT_MS
 from broker.controller.zk_topics import ZkTopicOps
 from broker.controller.znodes import (
@@ -70,7 +71,7 @@ DEFAULT_RESERVED_BROKER_MAX_ID = 1000  # Kafka's reserved.broker.max.id
 DEFAULT_PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 
 
-class ZkClient(ZkTopicOps):
+class ZkClient(ZkTopicOps, ZkSecurityOps):
     """Kafka's ZooKeeper data model (:mod:`broker.controller.znodes`) over one kazoo session.
 
     Responsibility: typed, async access to every znode the broker and controller use;

@@ -27,10 +27,22 @@ from broker.types import BrokerId
 
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
+    """A live broker: ``host``/``port`` of its inter-broker listener, and every advertised
+    endpoint as (listener, host, port), so a client is told the addresses of the listener it
+    connected to (as Kafka's Metadata does)."""
+
     id: BrokerId
     host: str
     port: int
     rack: str | None = None
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def address_for(self, listener: str) -> tuple[str, int]:
+        """(host, port) on ``listener``; the inter-broker address if it has no such one."""
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return self.host, self.port
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.network.client import BrokerConnection
+from broker.security.client_security import ClientSecurity
 
 __all__ = ["BrokerPool"]
 
@@ -41,7 +42,9 @@ class BrokerPool:
         client_id: str,
         request_timeout_s: float = 30.0,
         connect_timeout_s: float = 10.0,
+        security: ClientSecurity | None = None,
     ) -> None:
+        self._security = security
         self.broker_id = broker_id
         self._address_of = address_of
         self._local_handler = local_handler
@@ -87,6 +90,7 @@ class BrokerPool:
                 client_id=self._client_id,
                 connect_timeout_s=self._connect_timeout_s,
                 request_timeout_s=self._request_timeout_s,
+                security=self._security,
             )
             await conn.connect()
             self._connections[target] = conn

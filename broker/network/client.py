@@ -35,6 +35,8 @@ from kio.serial import entity_reader
 
 from broker.protocol import registry
 from broker.protocol.framing import size_prefix, skip_tagged_fields
+from broker.security.client_security import ClientSecurity, exchange_requests
+from broker.security.sasl_mechanisms import SaslAuthenticationError, make_client
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +87,10 @@ class BrokerConnection:
         client_id: str,
         connect_timeout_s: float = 10.0,
         request_timeout_s: float = 30.0,
+        security: ClientSecurity | None = None,
     ) -> None:
+        """``security``: TLS and SASL for a secured inter-broker listener (None: plaintext)."""
+        self.security = security
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -119,8 +124,15 @@ class BrokerConnection:
             raise RuntimeError(f"{self!r} is already connected")
         await self._reap_reader()
         try:
+            security = self.security
+            ctx = security.ssl_context if security is not None else None
             async with asyncio.timeout(self.connect_timeout_s):
-                reader, writer = await asyncio.open_connection(self.host, self.port)
+                reader, writer = await asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    ssl=ctx,
+                    server_hostname=self.host if ctx is not None else None,
+                )
         except TimeoutError:
             raise TimeoutError(
                 f"connecting to {self.host}:{self.port} timed out after {self.connect_timeout_s}s"
@@ -138,6 +150,37 @@ class BrokerConnection:
         self._reader_task = asyncio.create_task(
             self._read_loop(reader), name=f"broker-client-reader {self.host}:{self.port}"
         )
+        if security is not None and security.sasl:
+            try:
+                await self._authenticate(security)
+            except BaseException:
+                await self.close()
+                raise
+
+    async def _authenticate(self, security: ClientSecurity) -> None:
+        """SaslHandshake v1, then SaslAuthenticate v2 until the mechanism completes; a
+        refusal raises ``ConnectionError`` (never with the password)."""
+        handshake, make = exchange_requests(security)
+        response = await self.request(17, 1, handshake)
+        if int(response.error_code) != 0:
+            raise ConnectionError(
+                f"{self.host}:{self.port} refused SASL mechanism {security.mechanism} "
+                f"(enabled: {', '.join(response.mechanisms)})"
+            )
+        assert security.mechanism and security.username is not None
+        client = make_client(security.mechanism, security.username, security.password or "")
+        token: bytes | None = client.first()
+        while token is not None and not client.complete:
+            reply = await self.request(36, 2, make(token))
+            if int(reply.error_code) != 0:
+                raise ConnectionError(
+                    f"SASL authentication to {self.host}:{self.port} as {security.username} "
+                    f"failed: {reply.error_message}"
+                )
+            try:
+                token = client.respond(bytes(reply.auth_bytes))
+            except SaslAuthenticationError as exc:
+                raise ConnectionError(f"{self.host}:{self.port}: {exc}") from None
 
     async def request(
         self, api_key: int, api_version: int, body: Any, *, timeout_s: float | None = None

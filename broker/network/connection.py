@@ -172,6 +172,7 @@ class Connection(asyncio.Protocol):
         max_queued: int,
         idle_timeout_s: float,
         on_close: Callable[[Connection], None],
+        on_open: Callable[[Connection, asyncio.BaseTransport], None] | None = None,
     ) -> None:
         self.info = info
         self._handler = handler
@@ -179,6 +180,8 @@ class Connection(asyncio.Protocol):
         self._max_queued = max_queued
         self._idle_timeout_s = idle_timeout_s
         self._on_close = on_close
+        self._on_open = on_open
+        self._tls = False  # log bytes are copied, not sent with sendfile, under TLS
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._fd = -1
@@ -202,11 +205,19 @@ class Connection(asyncio.Protocol):
         if peer:
             self.info.peer = f"{peer[0]}:{peer[1]}"
         sock = transport.get_extra_info("socket")
+        self._tls = transport.get_extra_info("ssl_object") is not None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._fd = sock.fileno()
+            if not self._tls:
+                self._fd = sock.fileno()
         self._idle_timer = self._loop.call_later(self._idle_timeout_s, self._check_idle)
+        if self._on_open is not None:
+            try:
+                self._on_open(self, transport)
+            except Exception as exc:  # noqa: BLE001 - e.g. a certificate no rule maps
+                log.info("refusing connection %s: %s", self.info.peer, exc)
+                self._abort()
 
     def data_received(self, data: bytes) -> None:
         if self._closed or self._refusing:
@@ -269,7 +280,8 @@ class Connection(asyncio.Protocol):
     def eof_received(self) -> bool:
         # the client will send nothing more: answer what it asked, then close
         self._eof = True
-        return bool(self._pending) or self._sending is not None
+        # under TLS the transport closes on EOF whatever is returned (asyncio warns)
+        return not self._tls and (bool(self._pending) or self._sending is not None)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -362,6 +374,9 @@ class Connection(asyncio.Protocol):
                     log.info("closing connection %s: %s", self.info.peer, exc)
                     self._abort()
                     return
+            if self.info.close_after_ms is not None:
+                self._close_later(self.info.close_after_ms)
+                return
         if (
             self._read_paused
             and len(pending) < self._max_queued
@@ -385,6 +400,9 @@ class Connection(asyncio.Protocol):
         for i, chunk in enumerate(chunks):
             if isinstance(chunk, _BYTES):
                 out.append(chunk)
+                continue
+            if self._tls:  # no zero-copy under TLS: the bytes pass through the SSL object
+                out.append(os.pread(_fileno(chunk.file), chunk.size, chunk.position))
                 continue
             transport.write(out[0] if len(out) == 1 else b"".join(out))
             out = []
@@ -444,6 +462,19 @@ class Connection(asyncio.Protocol):
             self._abort()
             return
         self._idle_timer = self._loop.call_at(quiet_since + self._idle_timeout_s, self._check_idle)
+
+    def _close_later(self, delay_ms: int) -> None:
+        """The response just written was the last (a failed authentication): read nothing
+        more, drop what was pipelined behind it, close after ``delay_ms``."""
+        self._refusing = True
+        for entry in self._pending:
+            if entry.task is not None:
+                entry.task.cancel()
+        self._pending.clear()
+        if self._transport is not None and not self._read_paused:
+            self._read_paused = True
+            self._transport.pause_reading()
+        self._loop.call_later(delay_ms / 1000.0, self._abort)
 
     def _abort(self) -> None:
         if self._transport is not None and not self._closed:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
+from collections.abc import Callable
 
 from broker.network.connection import Connection, RequestHandler, sendfile_now
 from broker.protocol.response import Chunk, CloseConnection, ConnectionInfo, FileRegion, Response
@@ -46,7 +48,13 @@ class KafkaServer:
         max_request_bytes: int = 104_857_600,
         max_queued_requests: int = 500,
         idle_timeout_s: float = 600.0,
+        ssl_context: ssl.SSLContext | None = None,
+        on_connect: Callable[[ConnectionInfo, asyncio.BaseTransport], None] | None = None,
     ) -> None:
+        """``ssl_context``: serve TLS (an SSL or SASL_SSL listener; responses' log bytes are
+        then copied through Python, as Kafka loses zero-copy under TLS). ``on_connect``:
+        called once a connection is up (after its TLS handshake) to set what the listener's
+        security knows of the client (its principal, its SASL state); raising closes it."""
         self.host = host
         self.port = port
         self._handler = handler
@@ -54,6 +62,8 @@ class KafkaServer:
         self._max_request_bytes = max_request_bytes
         self._max_queued = max_queued_requests
         self._idle_timeout_s = idle_timeout_s
+        self._ssl = ssl_context
+        self._on_connect = on_connect
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._next_id = 0
@@ -61,7 +71,12 @@ class KafkaServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            self._connection, self.host, self.port, reuse_address=True
+            self._connection,
+            self.host,
+            self.port,
+            reuse_address=True,
+            ssl=self._ssl,
+            ssl_handshake_timeout=10.0 if self._ssl is not None else None,
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
@@ -75,10 +90,16 @@ class KafkaServer:
             max_request_bytes=self._max_request_bytes,
             max_queued=self._max_queued,
             idle_timeout_s=self._idle_timeout_s,
+            on_open=self._opened,
             on_close=self._connections.discard,
         )
-        self._connections.add(conn)
         return conn
+
+    def _opened(self, conn: Connection, transport: asyncio.BaseTransport) -> None:
+        # registered once up: a TLS handshake that fails never makes a connection
+        self._connections.add(conn)
+        if self._on_connect is not None:
+            self._on_connect(conn.info, transport)
 
     async def stop(self) -> None:
         """Stop accepting, then close every connection (unanswered requests are dropped)."""

@@ -72,6 +72,13 @@ SUPPORTED_APIS: dict[ApiKey, tuple[str, int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: ("DescribeProducers", 0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: ("DescribeTransactions", 0, 0),
     ApiKey.LIST_TRANSACTIONS: ("ListTransactions", 0, 1),
+    ApiKey.SASL_HANDSHAKE: ("SaslHandshake", 0, 1),
+    ApiKey.SASL_AUTHENTICATE: ("SaslAuthenticate", 0, 2),
+    ApiKey.DESCRIBE_ACLS: ("DescribeAcls", 1, 3),
+    ApiKey.CREATE_ACLS: ("CreateAcls", 1, 3),
+    ApiKey.DELETE_ACLS: ("DeleteAcls", 1, 3),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: ("DescribeUserScramCredentials", 0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ("AlterUserScramCredentials", 0, 0),
 }
 
 

@@ -56,3 +56,16 @@ class ConnectionInfo:
     listener: str
     connection_id: int
     extra: dict[str, Any] = field(default_factory=dict)
+    principal: str = "User:ANONYMOUS"
+    """Who the client is (Kafka's KafkaPrincipal): ``User:ANONYMOUS`` on PLAINTEXT and on SSL
+    without a client certificate, the certificate's mapped DN with one, the SASL user once
+    authenticated."""
+    sasl: Any = None
+    """The SASL exchange of a SASL listener's connection
+    (:class:`broker.security.sasl_session.SaslSession`); None on other listeners."""
+    internal: bool = False
+    """A request from this broker itself (never authorized: it is the broker)."""
+    close_after_ms: int | None = None
+    """Set by a handler whose response must be the last: the connection writes it, reads
+    nothing more and closes this many milliseconds later (Kafka's
+    ``connection.failed.authentication.delay.ms``)."""

@@ -89,6 +89,8 @@ class FetcherConfig:
     partition_max_bytes: int = 1024 * 1024
     backoff_ms: int = 1000
     request_timeout_ms: int = 30_000
+    security: Any = None
+    """The inter-broker listener's client security (a ``ClientSecurity``; None: plaintext)."""
 
 
 class LeaderFetcher:
@@ -176,6 +178,7 @@ class LeaderFetcher:
                 client_id=f"broker-{self.config.broker_id}-fetcher-{self.leader_id}",
                 request_timeout_s=(self.config.request_timeout_ms + self.config.max_wait_ms)
                 / 1000.0,
+                security=self.config.security,
             )
             await conn.connect()
             self._conn = conn

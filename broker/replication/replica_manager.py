@@ -39,6 +39,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
@@ -93,7 +94,10 @@ class ReplicaManager:
         alter_isr: AlterIsr | None = None,
         log_dir_event: Callable[[], Awaitable[None]] | None = None,
         on_all_log_dirs_offline: Callable[[str], None] | None = None,
+        inter_broker_security: Any = None,
     ) -> None:
+        """``inter_broker_security``: how the follower fetchers connect to leaders (a
+        ``ClientSecurity`` for a secured inter-broker listener; None: plaintext)."""
         self.config = config
         self.log_manager = log_manager
         self.clock = clock
@@ -127,6 +131,7 @@ class ReplicaManager:
                 partition_max_bytes=config["replica.fetch.max.bytes"],
                 backoff_ms=config["replica.fetch.backoff.ms"],
                 request_timeout_ms=config["replica.socket.timeout.ms"],
+                security=inter_broker_security,
             ),
         )
         self.fetch_sessions = FetchSessionCache(

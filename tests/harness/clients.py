@@ -12,11 +12,12 @@ from typing import Any
 class KafkaAdmin:
     """confluent-kafka AdminClient plus the waits tests need."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, extra: dict[str, object] | None = None) -> None:
+        """``extra``: client settings (a secured cluster's ``client_config``)."""
         from confluent_kafka.admin import AdminClient
 
         self.bootstrap = bootstrap
-        self.client = AdminClient({"bootstrap.servers": bootstrap})
+        self.client = AdminClient({"bootstrap.servers": bootstrap, **(extra or {})})
 
     def create_topic(
         self,
@@ -82,8 +83,8 @@ class KafkaAdmin:
         return set(self.client.list_topics(timeout=10).topics)
 
 
-def kafka_admin(bootstrap: str) -> KafkaAdmin:
-    return KafkaAdmin(bootstrap)
+def kafka_admin(bootstrap: str, extra: dict[str, object] | None = None) -> KafkaAdmin:
+    return KafkaAdmin(bootstrap, extra)
 
 
 # --- client helpers --------------------------------------------------------------------------

@@ -60,10 +60,19 @@ PartitionView = tuple[int, tuple[int, ...], tuple[int, ...]]
 class Cluster:
     """One ``millrace cluster up`` cluster (brokers 1..N) in its own directory."""
 
-    def __init__(self, directory: Path, props: dict[str, str], brokers: int = 1) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        props: dict[str, str],
+        brokers: int = 1,
+        security: str | None = None,
+    ) -> None:
+        """``security``: ``cluster up --security`` (ssl, sasl_plaintext, sasl_ssl); the
+        admin's client settings then come from cluster.json's ``client_config``."""
         self.dir = directory
         self.props = props
         self.brokers = brokers
+        self.security = security
         self.json: dict[str, Any] = {}
         self.bootstrap = ""
         self._pids_seen: set[int] = set()
@@ -154,6 +163,8 @@ class Cluster:
         ]
         for key, value in self.props.items():
             args += ["--set", f"{key}={value}"]
+        if self.security:
+            args += ["--security", self.security]
         rc, stdout, stderr = self._cli(*args, timeout_s=CLUSTER_UP_TIMEOUT_S)
         self._check("cluster up", rc, stdout, stderr)
         assert self.json, f"cluster up succeeded but wrote no {self.dir}/cluster.json"
@@ -355,7 +366,7 @@ class Cluster:
             ok = True
             for b in running:
                 host, port = self.broker(b)["host"], int(self.broker(b)["port"])
-                if not api_versions_ok(host, port):
+                if not api_versions_ok(host, port, security=self.client_security):
                     ok, last = False, f"broker {b} does not answer ApiVersions"
                     break
                 try:
@@ -501,8 +512,23 @@ class Cluster:
 
     def admin(self) -> KafkaAdmin:
         if self._admin is None:
-            self._admin = kafka_admin(self.bootstrap)
+            self._admin = kafka_admin(self.bootstrap, self.client_config)
         return self._admin
+
+    @property
+    def client_config(self) -> dict[str, object]:
+        """The admin's librdkafka settings of a secured cluster (empty when plaintext)."""
+        return dict(self.json.get("client_config") or {})
+
+    @property
+    def client_security(self) -> Any:
+        """The admin's ``ClientSecurity`` for raw connections (None when plaintext)."""
+        cfg = self.client_config
+        if not cfg:
+            return None
+        from broker.security.client_security import client_security
+
+        return client_security(cfg)
 
     def create_topic(
         self,
@@ -523,11 +549,12 @@ class Cluster:
 
     def raw(self, timeout_s: float = 30.0, broker_id: int = 1) -> RawConnection:
         b = self.broker(broker_id)
-        return RawConnection(str(b["host"]), int(b["port"]), timeout_s)
+        return RawConnection(str(b["host"]), int(b["port"]), timeout_s, self.client_security)
 
     def conf(self, extra: dict[str, object] | None = None) -> dict[str, object]:
-        """A confluent-kafka config for this cluster (MILLRACE_CLIENT_DEBUG adds ``debug``)."""
-        return confluent_conf(self.bootstrap, extra)
+        """A confluent-kafka config for this cluster (MILLRACE_CLIENT_DEBUG adds ``debug``;
+        a secured cluster's admin settings are included)."""
+        return confluent_conf(self.bootstrap, {**self.client_config, **(extra or {})})
 
     def consume(
         self,
@@ -578,8 +605,10 @@ class Cluster:
             ) from None
 
 
-def start_cluster(directory: Path, props: dict[str, str], brokers: int = 1) -> Cluster:
-    cluster = Cluster(directory, props, brokers)
+def start_cluster(
+    directory: Path, props: dict[str, str], brokers: int = 1, security: str | None = None
+) -> Cluster:
+    cluster = Cluster(directory, props, brokers, security)
     try:
         cluster.up()
     except BaseException:

@@ -5,8 +5,11 @@ them from here):
   module's ``pytest.mark.cluster_config({...}, brokers=N)`` marker asks for N brokers.
   Broker properties come from the marker (passed as ``--set``).
 * ``cluster_factory`` (function-scoped): ``cluster_factory({"k": "v"}, brokers=3,
-  k_with_dots=...)`` starts an extra cluster with its own properties, torn down after the
-  test.
+  security="sasl_ssl", k_with_dots=...)`` starts an extra cluster with its own properties,
+  torn down after the test.
+* Either may be secured (``security=`` in the marker or the factory: ``cluster up
+  --security``); ``cluster.conf()``, ``admin()`` and ``raw()`` then connect as the admin
+  super user, ``cluster.client_config`` holds the admin's librdkafka settings.
 * ``topic_name``: a topic name derived from the test id.
 
 :func:`attach_cluster_output` is the report hook that adds the tail of every running
@@ -36,11 +39,13 @@ def cluster(
 ) -> Iterator[Cluster]:
     props: dict[str, str] = {}
     brokers = 1
+    security: str | None = None
     for marker in reversed(list(request.node.iter_markers("cluster_config"))):
         kwargs = dict(marker.kwargs)
         brokers = int(kwargs.pop("brokers", brokers))
+        security = kwargs.pop("security", security)
         props.update(merge_props(marker.args[0] if marker.args else None, kwargs))
-    c = start_cluster(tmp_path_factory.mktemp("cluster"), props, brokers)
+    c = start_cluster(tmp_path_factory.mktemp("cluster"), props, brokers, security)
     try:
         yield c
     finally:
@@ -54,9 +59,14 @@ def cluster_factory(
     started: list[Cluster] = []
 
     def factory(
-        props: dict[str, object] | None = None, brokers: int = 1, **kwargs: object
+        props: dict[str, object] | None = None,
+        brokers: int = 1,
+        security: str | None = None,
+        **kwargs: object,
     ) -> Cluster:
-        c = start_cluster(tmp_path_factory.mktemp("cluster"), merge_props(props, kwargs), brokers)
+        c = start_cluster(
+            tmp_path_factory.mktemp("cluster"), merge_props(props, kwargs), brokers, security
+        )
         started.append(c)
         return c
 

@@ -32,10 +32,23 @@ def _skip_tagged_fields(buf: bytes, pos: int) -> int:
 class RawConnection:
     """A plain-socket Kafka connection: hand-built frames and kio-encoded requests."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = 30.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+    def __init__(
+        self, host: str, port: int, timeout_s: float = 30.0, security: Any = None
+    ) -> None:
+        """``security``: a ``broker.security.client_security.ClientSecurity`` for a secured
+        listener: TLS, then the SASL exchange, before the connection is handed over."""
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+        self.sock = security.wrap(sock, host) if security is not None else sock
         self.sock.settimeout(timeout_s)
         self._correlation = 0
+        if security is not None and security.sasl:
+            from broker.security.client_security import authenticate
+
+            try:
+                authenticate(security, self.request)
+            except BaseException:
+                self.close()
+                raise
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -187,10 +200,10 @@ class RawConnection:
         return data
 
 
-def api_versions_ok(host: str, port: int, timeout_s: float = 10.0) -> bool:
+def api_versions_ok(host: str, port: int, timeout_s: float = 10.0, security: Any = None) -> bool:
     """One ApiVersions v0 round trip on a fresh connection."""
     try:
-        with RawConnection(host, port, timeout_s) as conn:
+        with RawConnection(host, port, timeout_s, security) as conn:
             conn.send_frame(RawConnection.header(18, 0, 1))
             frame = conn.recv_frame()
             corr, error = struct.unpack_from(">ih", frame, 0)
