@@ -2,7 +2,8 @@
 // an idempotent lz4 producer with acks=all, and an assign()-based consumer that reads
 // everything back and checks keys, values, headers, order and offsetsForTimes.
 // Run with the kafka-clients jar on the classpath:
-//   java -cp '.cache/jvm/kafka-4/*' jvm/ClientCheck.java <bootstrap> <topic> <records>
+//   java -cp '.cache/jvm/kafka-4/*' jvm/ClientCheck.java <bootstrap> <topic> <records> [client.properties]
+// The optional properties file holds client settings (security.protocol, sasl.jaas.config, ...).
 import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.Future;
@@ -23,6 +24,9 @@ public class ClientCheck {
         int n = Integer.parseInt(args[2]);
         Properties common = new Properties();
         common.put("bootstrap.servers", bootstrap);
+        if (args.length > 3) {
+            try (java.io.FileReader r = new java.io.FileReader(args[3])) { common.load(r); }
+        }
         try (Admin admin = Admin.create(common)) {
             admin.createTopics(List.of(new NewTopic(topic, 3, (short) 1))).all().get();
             String clusterId = admin.describeCluster().clusterId().get();

@@ -25,15 +25,21 @@ if TYPE_CHECKING:
     from kio.schema.add_partitions_to_txn import v2 as add_partitions_to_txn_v2
     from kio.schema.add_partitions_to_txn import v3 as add_partitions_to_txn_v3
     from kio.schema.add_partitions_to_txn import v4 as add_partitions_to_txn_v4
+    from kio.schema.alter_client_quotas import v0 as alter_client_quotas_v0
+    from kio.schema.alter_client_quotas import v1 as alter_client_quotas_v1
     from kio.schema.alter_configs import v0 as alter_configs_v0
     from kio.schema.alter_configs import v1 as alter_configs_v1
     from kio.schema.alter_configs import v2 as alter_configs_v2
     from kio.schema.alter_partition_reassignments import v0 as alter_partition_reassignments_v0
     from kio.schema.alter_partition_reassignments import v1 as alter_partition_reassignments_v1
+    from kio.schema.alter_user_scram_credentials import v0 as alter_user_scram_credentials_v0
     from kio.schema.api_versions import v0 as api_versions_v0
     from kio.schema.api_versions import v1 as api_versions_v1
     from kio.schema.api_versions import v2 as api_versions_v2
     from kio.schema.api_versions import v3 as api_versions_v3
+    from kio.schema.create_acls import v1 as create_acls_v1
+    from kio.schema.create_acls import v2 as create_acls_v2
+    from kio.schema.create_acls import v3 as create_acls_v3
     from kio.schema.create_partitions import v0 as create_partitions_v0
     from kio.schema.create_partitions import v1 as create_partitions_v1
     from kio.schema.create_partitions import v2 as create_partitions_v2
@@ -44,6 +50,9 @@ if TYPE_CHECKING:
     from kio.schema.create_topics import v5 as create_topics_v5
     from kio.schema.create_topics import v6 as create_topics_v6
     from kio.schema.create_topics import v7 as create_topics_v7
+    from kio.schema.delete_acls import v1 as delete_acls_v1
+    from kio.schema.delete_acls import v2 as delete_acls_v2
+    from kio.schema.delete_acls import v3 as delete_acls_v3
     from kio.schema.delete_groups import v0 as delete_groups_v0
     from kio.schema.delete_groups import v1 as delete_groups_v1
     from kio.schema.delete_groups import v2 as delete_groups_v2
@@ -56,6 +65,11 @@ if TYPE_CHECKING:
     from kio.schema.delete_topics import v4 as delete_topics_v4
     from kio.schema.delete_topics import v5 as delete_topics_v5
     from kio.schema.delete_topics import v6 as delete_topics_v6
+    from kio.schema.describe_acls import v1 as describe_acls_v1
+    from kio.schema.describe_acls import v2 as describe_acls_v2
+    from kio.schema.describe_acls import v3 as describe_acls_v3
+    from kio.schema.describe_client_quotas import v0 as describe_client_quotas_v0
+    from kio.schema.describe_client_quotas import v1 as describe_client_quotas_v1
     from kio.schema.describe_cluster import v0 as describe_cluster_v0
     from kio.schema.describe_cluster import v1 as describe_cluster_v1
     from kio.schema.describe_configs import v1 as describe_configs_v1
@@ -70,6 +84,7 @@ if TYPE_CHECKING:
     from kio.schema.describe_groups import v5 as describe_groups_v5
     from kio.schema.describe_producers import v0 as describe_producers_v0
     from kio.schema.describe_transactions import v0 as describe_transactions_v0
+    from kio.schema.describe_user_scram_credentials import v0 as describe_user_scram_credentials_v0
     from kio.schema.elect_leaders import v0 as elect_leaders_v0
     from kio.schema.elect_leaders import v1 as elect_leaders_v1
     from kio.schema.elect_leaders import v2 as elect_leaders_v2
@@ -177,6 +192,11 @@ if TYPE_CHECKING:
     from kio.schema.produce import v7 as produce_v7
     from kio.schema.produce import v8 as produce_v8
     from kio.schema.produce import v9 as produce_v9
+    from kio.schema.sasl_authenticate import v0 as sasl_authenticate_v0
+    from kio.schema.sasl_authenticate import v1 as sasl_authenticate_v1
+    from kio.schema.sasl_authenticate import v2 as sasl_authenticate_v2
+    from kio.schema.sasl_handshake import v0 as sasl_handshake_v0
+    from kio.schema.sasl_handshake import v1 as sasl_handshake_v1
     from kio.schema.sync_group import v0 as sync_group_v0
     from kio.schema.sync_group import v1 as sync_group_v1
     from kio.schema.sync_group import v2 as sync_group_v2
@@ -676,4 +696,78 @@ if TYPE_CHECKING:
     ListTransactionsResponse: TypeAlias = (
         list_transactions_v0.ListTransactionsResponse
         | list_transactions_v1.ListTransactionsResponse
+    )
+    SaslHandshakeRequest: TypeAlias = (
+        sasl_handshake_v0.SaslHandshakeRequest | sasl_handshake_v1.SaslHandshakeRequest
+    )
+    SaslHandshakeResponse: TypeAlias = (
+        sasl_handshake_v0.SaslHandshakeResponse | sasl_handshake_v1.SaslHandshakeResponse
+    )
+    SaslAuthenticateRequest: TypeAlias = (
+        sasl_authenticate_v0.SaslAuthenticateRequest
+        | sasl_authenticate_v1.SaslAuthenticateRequest
+        | sasl_authenticate_v2.SaslAuthenticateRequest
+    )
+    SaslAuthenticateResponse: TypeAlias = (
+        sasl_authenticate_v0.SaslAuthenticateResponse
+        | sasl_authenticate_v1.SaslAuthenticateResponse
+        | sasl_authenticate_v2.SaslAuthenticateResponse
+    )
+    DescribeAclsRequest: TypeAlias = (
+        describe_acls_v1.DescribeAclsRequest
+        | describe_acls_v2.DescribeAclsRequest
+        | describe_acls_v3.DescribeAclsRequest
+    )
+    DescribeAclsResponse: TypeAlias = (
+        describe_acls_v1.DescribeAclsResponse
+        | describe_acls_v2.DescribeAclsResponse
+        | describe_acls_v3.DescribeAclsResponse
+    )
+    CreateAclsRequest: TypeAlias = (
+        create_acls_v1.CreateAclsRequest
+        | create_acls_v2.CreateAclsRequest
+        | create_acls_v3.CreateAclsRequest
+    )
+    CreateAclsResponse: TypeAlias = (
+        create_acls_v1.CreateAclsResponse
+        | create_acls_v2.CreateAclsResponse
+        | create_acls_v3.CreateAclsResponse
+    )
+    DeleteAclsRequest: TypeAlias = (
+        delete_acls_v1.DeleteAclsRequest
+        | delete_acls_v2.DeleteAclsRequest
+        | delete_acls_v3.DeleteAclsRequest
+    )
+    DeleteAclsResponse: TypeAlias = (
+        delete_acls_v1.DeleteAclsResponse
+        | delete_acls_v2.DeleteAclsResponse
+        | delete_acls_v3.DeleteAclsResponse
+    )
+    DescribeUserScramCredentialsRequest: TypeAlias = (
+        describe_user_scram_credentials_v0.DescribeUserScramCredentialsRequest
+    )
+    DescribeUserScramCredentialsResponse: TypeAlias = (
+        describe_user_scram_credentials_v0.DescribeUserScramCredentialsResponse
+    )
+    AlterUserScramCredentialsRequest: TypeAlias = (
+        alter_user_scram_credentials_v0.AlterUserScramCredentialsRequest
+    )
+    AlterUserScramCredentialsResponse: TypeAlias = (
+        alter_user_scram_credentials_v0.AlterUserScramCredentialsResponse
+    )
+    DescribeClientQuotasRequest: TypeAlias = (
+        describe_client_quotas_v0.DescribeClientQuotasRequest
+        | describe_client_quotas_v1.DescribeClientQuotasRequest
+    )
+    DescribeClientQuotasResponse: TypeAlias = (
+        describe_client_quotas_v0.DescribeClientQuotasResponse
+        | describe_client_quotas_v1.DescribeClientQuotasResponse
+    )
+    AlterClientQuotasRequest: TypeAlias = (
+        alter_client_quotas_v0.AlterClientQuotasRequest
+        | alter_client_quotas_v1.AlterClientQuotasRequest
+    )
+    AlterClientQuotasResponse: TypeAlias = (
+        alter_client_quotas_v0.AlterClientQuotasResponse
+        | alter_client_quotas_v1.AlterClientQuotasResponse
     )

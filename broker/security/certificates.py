@@ -113,9 +113,10 @@ def issue(
         x509.CertificateBuilder()
         .subject_name(
             x509.Name(
+                # most general first, as usual: the DN string reads CN=...,OU=Millrace
                 [
-                    x509.NameAttribute(NameOID.COMMON_NAME, common_name),
                     x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "Millrace"),
+                    x509.NameAttribute(NameOID.COMMON_NAME, common_name),
                 ]
             )
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -193,8 +194,8 @@ class RawConnection:
         self.sock.settimeout(timeout_s)
         try:
             data = self.sock.recv(65536)
-        except (ConnectionResetError, BrokenPipeError):
-            return True
+        except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
+            return True  # under TLS an abrupt close surfaces as an SSL error
         if not data:
             return True
         return data

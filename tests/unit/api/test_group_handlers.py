@@ -178,6 +178,9 @@ class FakeMetadata:
     def topic(self, name: str) -> object | None:
         return object() if name in self.topics else None
 
+    def broker(self, broker_id: int) -> object | None:
+        return None  # the coordinator's own address is answered
+
 
 @pytest.fixture
 def coordinator() -> FakeCoordinator:
@@ -203,6 +206,7 @@ def send(
         group_coordinator=coordinator,
         txn_coordinator=FakeTxnCoordinator(),
         metadata=FakeMetadata(set(topics)),
+        authorizer=None,
     )
     dispatcher = Dispatcher(cast(Any, services))
     conn = ConnectionInfo("127.0.0.1:50123", "PLAINTEXT", 1)

@@ -95,7 +95,7 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-ZK_CLIENT_MODULES = {"zk_client.py", "zk_session.py", "zk_topics.py"}
+ZK_CLIENT_MODULES = {"zk_client.py", "zk_session.py", "zk_topics.py", "zk_security.py"}
 
 
 def test_only_the_zookeeper_client_modules_import_kazoo() -> None:
