@@ -28,7 +28,6 @@ Concurrency: runs once, in ``cluster up``'s thread.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from dataclasses import dataclass, field
@@ -141,22 +140,25 @@ def _escape(value: str) -> str:
 def create_users(zk_connect: str, users: dict[str, str]) -> None:
     """Write the users' SCRAM credentials to ``/config/users/<user>`` (Kafka's format) before
     any broker starts."""
-    from kazoo.client import KazooClient
+    import asyncio
 
-    zk = KazooClient(hosts=zk_connect, timeout=15.0)
-    zk.start(timeout=30.0)
-    try:
-        for user, password in users.items():
-            config = {m: make_credential(m, password).to_text() for m in MECHANISMS}
-            data = json.dumps({"version": 1, "config": config}).encode()
-            path = f"/config/users/{user}"
-            if zk.exists(path):
-                zk.set(path, data)
-            else:
-                zk.create(path, data, makepath=True)
-    finally:
-        zk.stop()
-        zk.close()
+    from broker.controller.zk_client import ZkClient
+
+    async def write() -> None:
+        zk = ZkClient(zk_connect)
+        await zk.start()
+        try:
+            for user, password in users.items():
+                creds = {m: make_credential(m, password).to_text() for m in MECHANISMS}
+
+                def update(config: dict[str, str], creds: dict[str, str] = creds) -> dict[str, str]:
+                    return {**config, **creds}
+
+                await zk.update_entity_config("users", user, update)
+        finally:
+            await zk.close()
+
+    asyncio.run(write())
 
 
 def listener_for(protocol: str | None, host: str, port: int) -> str:
