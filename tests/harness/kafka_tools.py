@@ -6,10 +6,13 @@ stderr."""
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from tests.harness.processes import kill_pid
 
 ROOT = Path(__file__).resolve().parents[2]
 KAFKA_DIST = ROOT / ".cache" / "jvm" / "kafka-dist"
@@ -68,3 +71,54 @@ def ok(proc: subprocess.CompletedProcess[str]) -> str:
         f"--- stderr ---\n{proc.stderr[-5000:]}"
     )
     return proc.stdout
+
+
+# --- an Apache Kafka 3.9.1 broker process --------------------------------------------------
+
+KAFKA_LOG4J = """\
+log4j.rootLogger=WARN, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
+
+
+CONNECTING = ("(org.apache.kafka.clients.NetworkClient)", "(kafka.controller.RequestSendThread)")
+
+
+def start_kafka_broker(home: Path, props: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Apache Kafka 3.9.1 (``kafka.Kafka server.properties``, as bench/systems.py starts it),
+    its output (WARN and above) in ``home/kafka.out``."""
+    java = shutil.which("java")
+    assert java, "no `java` on PATH"
+    assert any(KAFKA_DIST.glob("kafka_2.13-3.9.1.jar")), f"no Kafka 3.9.1 in {KAFKA_DIST}"
+    (home / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    (home / "log4j.properties").write_text(KAFKA_LOG4J)
+    with (home / "kafka.out").open("wb") as out:
+        return subprocess.Popen(
+            [
+                java,
+                "-Xmx512m",
+                f"-Dlog4j.configuration=file:{home / 'log4j.properties'}",
+                f"-Dkafka.logs.dir={home}",
+                "-cp",
+                f"{KAFKA_DIST}/*",
+                "kafka.Kafka",
+                str(home / "server.properties"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_kafka_broker(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (controlled shutdown), SIGKILL after 60 s; by the JVM's own pid."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            kill_pid(proc.pid)
+            proc.wait()

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import shutil
-import signal
 import subprocess
 import time
 import warnings
@@ -46,9 +44,15 @@ from confluent_kafka.admin import (
 from broker.protocol.batch_rewrite import DELETE_HORIZON_MASK
 from tests.harness.clients import KafkaAdmin, confluent_conf, confluent_consume, read_log_batches
 from tests.harness.cluster import CLI, REPO, Cluster
-from tests.harness.kafka_tools import KAFKA_DIST, Tool, kafka_tool_runner, ok
+from tests.harness.kafka_tools import (
+    CONNECTING,
+    Tool,
+    kafka_tool_runner,
+    ok,
+    start_kafka_broker,
+    stop_kafka_broker,
+)
 from tests.harness.ports import free_port
-from tests.harness.processes import kill_pid
 from tests.harness.waiting import wait_for
 
 BROKER_SETTINGS = {
@@ -552,54 +556,6 @@ def test_dump_log_and_kafka_read_a_cleaned_segment_alike(
 
 # --- 6. Apache Kafka loads a log Millrace compacted --------------------------------------
 
-KAFKA_LOG4J = """\
-log4j.rootLogger=WARN, stdout
-log4j.appender.stdout=org.apache.log4j.ConsoleAppender
-log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
-log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
-"""
-
-
-CONNECTING = ("(org.apache.kafka.clients.NetworkClient)", "(kafka.controller.RequestSendThread)")
-
-
-def _start_kafka(home: Path, props: dict[str, str]) -> subprocess.Popen[bytes]:
-    """Apache Kafka 3.9.1 (``kafka.Kafka server.properties``, as bench/systems.py starts it),
-    its output (WARN and above) in ``home/kafka.out``."""
-    java = shutil.which("java")
-    assert java, "no `java` on PATH"
-    assert any(KAFKA_DIST.glob("kafka_2.13-3.9.1.jar")), f"no Kafka 3.9.1 in {KAFKA_DIST}"
-    (home / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    (home / "log4j.properties").write_text(KAFKA_LOG4J)
-    with (home / "kafka.out").open("wb") as out:
-        return subprocess.Popen(
-            [
-                java,
-                "-Xmx512m",
-                f"-Dlog4j.configuration=file:{home / 'log4j.properties'}",
-                f"-Dkafka.logs.dir={home}",
-                "-cp",
-                f"{KAFKA_DIST}/*",
-                "kafka.Kafka",
-                str(home / "server.properties"),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def _stop_kafka(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (controlled shutdown), SIGKILL after 60 s; by the JVM's own pid."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            kill_pid(proc.pid)
-            proc.wait()
-
 
 def test_kafka_serves_and_cleans_a_log_millrace_compacted(
     cluster_factory: Any, tmp_path: Path
@@ -634,7 +590,7 @@ def test_kafka_serves_and_cleans_a_log_millrace_compacted(
     wait_for(lambda: millrace.zk_get("/brokers/ids/1") is None, 30, "broker 1 deregistered")
     port = free_port()
     log_dirs = ",".join(str(d) for d in millrace.log_dirs())
-    proc = _start_kafka(
+    proc = start_kafka_broker(
         tmp_path,
         {
             "broker.id": "1",
@@ -681,4 +637,4 @@ def test_kafka_serves_and_cleans_a_log_millrace_compacted(
         ]
         assert not problems, "Kafka complained:\n" + "\n".join(problems[:20])
     finally:
-        _stop_kafka(proc)
+        stop_kafka_broker(proc)
