@@ -564,8 +564,15 @@ class Cluster:
         extra: dict[str, object] | None = None,
         timeout_s: float = 90.0,
     ) -> dict[int, list[Any]]:
-        """``confluent_consume`` against this cluster."""
-        return confluent_consume(self.bootstrap, topic, partitions, start, extra, timeout_s)
+        """``confluent_consume`` against this cluster (as the admin of a secured one)."""
+        return confluent_consume(
+            self.bootstrap,
+            topic,
+            partitions,
+            start,
+            {**self.client_config, **(extra or {})},
+            timeout_s,
+        )
 
     def batches(
         self, topic: str, partition: int, broker_id: int = 1
