@@ -71,14 +71,23 @@ def _port_free(port: int) -> bool:
 
 
 def start_cluster(
-    cluster_dir: Path, brokers: int = 1, settings: dict[str, str] | None = None
+    cluster_dir: Path,
+    brokers: int = 1,
+    settings: dict[str, str] | None = None,
+    ssl_port: int | None = None,
 ) -> str:
     """``millrace cluster up`` with ``brokers`` brokers on consecutive free ports and the
-    broker ``settings``; returns the bootstrap servers."""
+    broker ``settings``; returns the bootstrap servers. ``ssl_port`` (one broker only): a
+    second listener, SSL, on that port (the TLS settings come in ``settings``)."""
     base = free_port()
     while not all(_port_free(base + i) for i in range(1, brokers)):
         base = free_port()
-    sets = [arg for k, v in (settings or {}).items() for arg in ("--set", f"{k}={v}")]
+    settings = dict(settings or {})
+    if ssl_port is not None:
+        assert brokers == 1, "a second listener is set up for one broker only"
+        settings["listeners"] = f"PLAINTEXT://127.0.0.1:{base},SSL://127.0.0.1:{ssl_port}"
+        settings["inter.broker.listener.name"] = "PLAINTEXT"
+    sets = [arg for k, v in settings.items() for arg in ("--set", f"{k}={v}")]
     out = millrace(
         "cluster",
         "up",

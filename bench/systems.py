@@ -137,13 +137,24 @@ class MillraceSystem(System):
     """``millrace cluster up`` in ``directory``; :attr:`zk_connect` is its ZooKeeper."""
 
     def __init__(
-        self, directory: Path, brokers: int, settings: dict[str, str] | None = None
+        self,
+        directory: Path,
+        brokers: int,
+        settings: dict[str, str] | None = None,
+        ssl: dict[str, str] | None = None,
     ) -> None:
+        """``ssl``: TLS settings of a second, SSL listener (one broker), at
+        :attr:`ssl_bootstrap`."""
         super().__init__(name="Millrace", brokers=brokers)
         self.directory = directory
+        ssl_port = free_port() if ssl is not None else None
         self.bootstrap = start_cluster(
-            directory, brokers, {**shared_settings(brokers), **(settings or {})}
+            directory,
+            brokers,
+            {**shared_settings(brokers), **(settings or {}), **(ssl or {})},
+            ssl_port=ssl_port,
         )
+        self.ssl_bootstrap = f"127.0.0.1:{ssl_port}" if ssl_port else ""
         info = json.loads((directory / "cluster.json").read_text())
         self.zk_connect = str(info["zookeeper"])
         self.pids = [int(b["pid"]) for b in info["brokers"]]
@@ -166,8 +177,13 @@ class KafkaSystem(System):
         zk_connect: str,
         settings: dict[str, str] | None = None,
         log4j: str = LOG4J,
+        ssl: dict[str, str] | None = None,
     ) -> None:
+        """``ssl``: TLS settings of a second, SSL listener on every broker; the SSL
+        addresses are :attr:`ssl_bootstrap`."""
         super().__init__(name="Kafka", brokers=brokers)
+        self.ssl = dict(ssl) if ssl is not None else None
+        self.ssl_addresses: list[str] = []
         if not kafka_available():
             raise SystemExit(f"Apache Kafka {KAFKA_VERSION} is not in {KAFKA_JARS}: run make setup")
         self.directory = directory
@@ -189,15 +205,23 @@ class KafkaSystem(System):
         home = self.directory / f"broker-{broker_id}"
         data = home / "data"
         data.mkdir(parents=True, exist_ok=True)
+        listeners = f"PLAINTEXT://127.0.0.1:{port}"
+        tls: dict[str, str] = {}
+        if self.ssl is not None:
+            ssl_port = free_port()
+            self.ssl_addresses.append(f"127.0.0.1:{ssl_port}")
+            listeners += f",SSL://127.0.0.1:{ssl_port}"
+            tls = {**self.ssl, "inter.broker.listener.name": "PLAINTEXT"}
         props = {
             "broker.id": str(broker_id),
-            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "listeners": listeners,
             "log.dirs": str(data),
             "zookeeper.connect": zk,
             "transaction.state.log.replication.factor": str(min(3, self.brokers)),
             "transaction.state.log.min.isr": str(min(2, self.brokers)),
             **shared_settings(self.brokers),
             **self.settings,
+            **tls,
         }
         config = home / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -219,6 +243,10 @@ class KafkaSystem(System):
         self.pids.append(proc.pid)
         self.data_dirs.append(data)
         self.homes.append(home)
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        return ",".join(self.ssl_addresses)
 
     def _wait_ready(self, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s

@@ -59,9 +59,13 @@ class ClusterSecurity:
     users: dict[str, str] = field(default_factory=dict)  # SCRAM users to create: name -> pw
 
 
-def prepare(directory: Path, security: str) -> ClusterSecurity:
+def prepare(
+    directory: Path,
+    security: str,
+    hosts: tuple[str, ...] = ("127.0.0.1", "::1", "localhost"),
+) -> ClusterSecurity:
     """Certificates, passwords and properties for ``security`` (written under
-    ``directory/security``)."""
+    ``directory/security``); the brokers' certificate names ``hosts``."""
     if security not in SECURITY_CHOICES:
         raise ClusterError(
             f"--security {security!r}: expected one of {', '.join(SECURITY_CHOICES)}"
@@ -83,7 +87,7 @@ def prepare(directory: Path, security: str) -> ClusterSecurity:
     users: dict[str, str] = {}
     if tls:
         ca = make_ca(sec)
-        broker_cert = issue(sec, "broker", BROKER, server=True)
+        broker_cert = issue(sec, "broker", BROKER, server=True, hosts=hosts)
         props.update(
             {
                 "ssl.keystore.type": "PEM",

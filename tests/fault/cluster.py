@@ -64,7 +64,14 @@ class FaultCluster:
         brokers: int,
         props: Mapping[str, str] | None = None,
         log_dirs: Mapping[int, list[Path]] | None = None,
+        security: str | None = None,
     ) -> None:
+        """``security`` (ssl, sasl_plaintext, sasl_ssl): secured as ``millrace cluster up
+        --security`` secures a cluster (certificates naming the nodes' addresses, SCRAM users,
+        ACLs); :attr:`client_settings` then holds the admin's client settings."""
+        self.security = security
+        self.client_settings: dict[str, str] = {}
+        self._protocol = "PLAINTEXT"
         self.topology = topology
         self.dir = run_dir
         self.broker_ids = list(range(1, brokers + 1))
@@ -137,8 +144,8 @@ class FaultCluster:
         bdir = self.dir / f"broker-{broker_id}"
         props = {
             "broker.id": str(broker_id),
-            "listeners": f"PLAINTEXT://{host}:{port}",
-            "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+            "listeners": f"{self._protocol}://{host}:{port}",
+            "advertised.listeners": f"{self._protocol}://{host}:{port}",
             "log.dirs": ",".join(str(d) for d in self.log_dirs(broker_id)),
             "zookeeper.connect": self.zk_connect,
             **self.props,
@@ -148,6 +155,17 @@ class FaultCluster:
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         return config
 
+    def _secure(self) -> None:
+        from broker.cli.cluster_security import create_users, prepare
+
+        hosts = tuple(self.broker_address(b)[0] for b in self.broker_ids)
+        assert self.security is not None
+        secured = prepare(self.dir, self.security, hosts=(*hosts, "127.0.0.1"))
+        create_users(self.zk_connect, secured.users)
+        self.props = {**self.props, **secured.broker_props}
+        self._protocol = secured.protocol
+        self.client_settings = dict(secured.client_config)
+
     def start_broker(self, broker_id: int) -> None:
         from broker.cli.cluster_process import broker_command
 
@@ -156,6 +174,8 @@ class FaultCluster:
 
     def start(self, timeout_s: float = 120.0) -> None:
         self.start_zookeeper()
+        if self.security:
+            self._secure()
         for b in self.broker_ids:
             self.start_broker(b)
         self.wait_registered(self.broker_ids, timeout_s)
@@ -263,13 +283,22 @@ class FaultCluster:
             if not self.alive(f"b{b}") or f"b{b}" in self.paused:
                 continue
             try:
-                with RawConnection(*self.broker_address(b), timeout_s=3.0) as conn:
+                with RawConnection(
+                    *self.broker_address(b), timeout_s=3.0, security=self._client_security()
+                ) as conn:
                     response = conn.request(request)
             except OSError:
                 continue
             if int(response.error_code) == 0:
                 return int(response.node_id)
         return None
+
+    def _client_security(self) -> Any:
+        if not self.client_settings:
+            return None
+        from broker.security.client_security import client_security
+
+        return client_security(self.client_settings)
 
     def close(self) -> None:
         for node in list(self.procs):

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fault.cluster import FaultCluster
+from tests.fault.workloads import CLIENT_SETTINGS
 
 log = logging.getLogger("fault.faults")
 
@@ -268,7 +269,7 @@ class Scheduler:
         """The workload partitions whose ISR holds ``broker_id`` and another broker."""
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap, "log_level": 0})
+        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap, **CLIENT_SETTINGS})
         try:
             md = admin.list_topics(timeout=10)
         except Exception:  # noqa: BLE001 - no metadata: nothing is known to be backed up

@@ -34,6 +34,7 @@ from typing import Any
 
 from tests.fault import checks, netns
 from tests.fault.faults import KINDS as KINDS_ALL
+from tests.fault.workloads import CLIENT_SETTINGS
 
 WORKLOADS = ("producers", "views", "group", "transactions")
 TOPICS = {"producers": "w1", "group": "w2", "transactions": "w3-in", "copies": "w3-out"}
@@ -66,7 +67,7 @@ def progress(text: str) -> None:
 def _full_isr(bootstrap: str, topics: list[str], timeout_s: float) -> bool:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_SETTINGS})
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -149,12 +150,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if "disk-full" in args.kinds:  # broker 3 gets a second, small log directory
         small = run_dir / "broker-3" / "small-disk"
         mount_tmpfs(small, SMALL_DISK_BYTES)
-    cluster = FaultCluster(topo, run_dir, 3, log_dirs={3: [small]} if small else None)
+    cluster = FaultCluster(
+        topo, run_dir, 3, log_dirs={3: [small]} if small else None, security=args.security
+    )
     chosen = args.workloads
     running: dict[str, Any] = {}
     try:
         progress(f"starting ZooKeeper and 3 brokers in {run_dir}")
         cluster.start()
+        CLIENT_SETTINGS.update(cluster.client_settings)  # a secured run: every client as admin
         bootstrap = cluster.bootstrap
         for name in ("producers", "group", "transactions", "copies"):
             wanted = name if name != "copies" else "transactions"
@@ -258,6 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--settle", type=float, default=5.0)
     ap.add_argument("--report", required=True)
+    ap.add_argument(
+        "--security",
+        choices=("ssl", "sasl_plaintext", "sasl_ssl"),
+        default=None,
+        help="secure the cluster as `millrace cluster up --security` does",
+    )
     args = ap.parse_args(argv)
     args.kinds = [k for k in args.kinds.split(",") if k]
     args.workloads = [w for w in args.workloads.split(",") if w]

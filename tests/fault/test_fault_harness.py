@@ -40,7 +40,14 @@ pytestmark = [pytest.mark.fault, pytest.mark.integration]
 
 
 def run_harness(
-    run_dir: Path, *, seed: int, faults: int, kinds: list[str], cycle: bool, timeout_s: float
+    run_dir: Path,
+    *,
+    seed: int,
+    faults: int,
+    kinds: list[str],
+    cycle: bool,
+    timeout_s: float,
+    security: str | None = None,
 ) -> dict[str, Any]:
     reason = namespaces_available()
     if reason:
@@ -64,6 +71,8 @@ def run_harness(
     ]
     if cycle:
         cmd.append("--cycle")
+    if security:
+        cmd += ["--security", security]
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     print(f"fault harness: seed {seed}, {faults} faults of {kinds}", file=sys.stderr)
@@ -128,6 +137,26 @@ def test_quick_run(tmp_path: Path) -> None:
         tmp_path, seed=17, faults=len(QUICK_KINDS), kinds=QUICK_KINDS, cycle=True, timeout_s=600
     )
     _check(report, len(QUICK_KINDS))
+
+
+SECURED_KINDS = ["kill-broker", "pause-broker", "kill-controller"]
+
+
+@pytest.mark.long
+@pytest.mark.timeout(900)
+def test_secured_quick_run(tmp_path: Path) -> None:
+    """A short run on a SASL_SSL cluster (issue 28): replication, the controller's requests,
+    transaction markers and every workload client over TLS with SCRAM, under ACLs."""
+    report = run_harness(
+        tmp_path,
+        seed=28,
+        faults=len(SECURED_KINDS),
+        kinds=SECURED_KINDS,
+        cycle=True,
+        timeout_s=600,
+        security="sasl_ssl",
+    )
+    _check(report, len(SECURED_KINDS))
 
 
 @pytest.mark.long

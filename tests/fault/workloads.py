@@ -50,11 +50,16 @@ from tests.fault.checks import Ack, Seen, TxnRecord
 
 log = logging.getLogger("fault.workloads")
 
-QUIET = {"log_level": 0, "logger": logging.getLogger("fault.librdkafka")}
+# The settings every client of a run shares: quiet logging, and the admin's security settings
+# when the run's cluster is secured (the runner adds them before any workload starts).
+CLIENT_SETTINGS: dict[str, object] = {
+    "log_level": 0,
+    "logger": logging.getLogger("fault.librdkafka"),
+}
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 120.0) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_SETTINGS})
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -87,7 +92,7 @@ def read_all(
 ) -> list[Seen]:
     """Every record of ``topic`` from offset 0 to its end (the high watermark, or the last
     stable offset with ``committed``), read once the cluster is healthy."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_SETTINGS})
     partitions = sorted(admin.list_topics(topic, timeout=30).topics[topic].partitions)
     consumer = Consumer(
         {
@@ -96,7 +101,7 @@ def read_all(
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed" if committed else "read_uncommitted",
-            **QUIET,
+            **CLIENT_SETTINGS,
         }
     )
     out: list[Seen] = []
@@ -128,9 +133,9 @@ def committed_offsets(
     librdkafka asks for stable offsets (KIP-447), so this waits for any transaction that
     still holds offsets of the group to end (a copier replaced mid-transaction leaves one
     open until its ``transaction.timeout.ms``)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_SETTINGS})
     partitions = sorted(admin.list_topics(topic, timeout=30).topics[topic].partitions)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **QUIET})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **CLIENT_SETTINGS})
     deadline = time.monotonic() + timeout_s
     try:
         while True:
@@ -209,7 +214,7 @@ def _idempotent_producer(bootstrap: str) -> Producer:
             "acks": "all",
             "linger.ms": 5,
             "message.timeout.ms": 90000,
-            **QUIET,
+            **CLIENT_SETTINGS,
         }
     )
 
@@ -326,14 +331,14 @@ class ConsumerViews:
 
     def _run(self, index: int) -> None:
         seen = self.views[f"c{index}"]
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **CLIENT_SETTINGS})
         parts = sorted(admin.list_topics(self.topic, timeout=30).topics[self.topic].partitions)
         consumer = Consumer(
             {
                 "bootstrap.servers": self.bootstrap,
                 "group.id": f"fault-view-{index}",
                 "enable.auto.commit": False,
-                **QUIET,
+                **CLIENT_SETTINGS,
             }
         )
         consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
@@ -384,7 +389,7 @@ class Group:
                 "auto.offset.reset": "earliest",
                 "session.timeout.ms": 10000,
                 "heartbeat.interval.ms": 1000,
-                **QUIET,
+                **CLIENT_SETTINGS,
             }
         )
         consumer.subscribe([self.topic])
@@ -465,7 +470,7 @@ class Transactions:
                 "isolation.level": "read_committed",
                 "session.timeout.ms": 10000,
                 "heartbeat.interval.ms": 1000,
-                **QUIET,
+                **CLIENT_SETTINGS,
             }
         )
         consumer.subscribe([self.source])
@@ -475,7 +480,7 @@ class Transactions:
                 "transactional.id": txid,
                 "transaction.timeout.ms": 20000,
                 "linger.ms": 5,
-                **QUIET,
+                **CLIENT_SETTINGS,
             }
         )
         while not self.t.stopping.is_set():
@@ -548,7 +553,7 @@ class Transactions:
             consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
 
     def _read_live(self) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **CLIENT_SETTINGS})
         parts = sorted(admin.list_topics(self.output, timeout=30).topics[self.output].partitions)
         consumer = Consumer(
             {
@@ -556,7 +561,7 @@ class Transactions:
                 "group.id": "fault-copy-reader",
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
-                **QUIET,
+                **CLIENT_SETTINGS,
             }
         )
         consumer.assign([TopicPartition(self.output, p, OFFSET_BEGINNING) for p in parts])
