@@ -449,3 +449,26 @@ def test_mutual_tls_principal_from_the_certificate(cluster_factory: Any, tmp_pat
         AdminClient(no_cert).list_topics(timeout=5)
     # Kafka's Java client with the PEM key store `cluster up` wrote
     run_java_client(c, "mtls-java", c.json["client_properties"])
+
+
+def test_handshake_v0_then_raw_scram_tokens(cluster: Cluster) -> None:
+    """SaslHandshake v0 (old clients): the SCRAM tokens follow as raw size-prefixed frames."""
+    from kio.schema.metadata.v12.request import MetadataRequest
+    from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest
+
+    from broker.security.sasl_mechanisms import make_client
+
+    add_scram_user(cluster, "alice", ALICE_PASSWORD)
+    conn = _raw_tls(cluster)
+    assert int(conn.request(SaslHandshakeRequest(mechanism="SCRAM-SHA-512")).error_code) == 0
+    client = make_client("SCRAM-SHA-512", "alice", ALICE_PASSWORD)
+    conn.send_frame(client.first())
+    conn.send_frame(client.respond(conn.recv_frame()) or b"")
+    assert client.respond(conn.recv_frame()) is None and client.complete
+    response = conn.request(
+        MetadataRequest(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+    )
+    assert response.brokers
+    conn.close()
