@@ -100,6 +100,7 @@ bench: setup
 	$(PY) -m bench.idle_partitions --partitions 3000 --seconds 30 --runs 3 --profile
 	$(PY) -m bench.broker_latency --pairs 5000 --rounds 3
 	$(PY) -m bench.boundaries --records 1000000 --runs 5
+	$(PY) -m bench.tls --records 1000000 --runs 3
 
 # Workloads 1-6 side by side at reduced sizes (under five minutes), into
 # /tmp/millrace-bench-quick.md and /tmp/millrace-bench-quick/; BENCHMARKS.md is not touched.
