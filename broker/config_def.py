@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from kafka_security.errors import ConfigError
+
 __all__ = [
     "ConfigDef",
     "ConfigError",
@@ -24,10 +26,6 @@ __all__ = [
     "format_config_value",
     "one_of",
 ]
-
-
-class ConfigError(ValueError):
-    """An unknown property or an invalid value; the message names the property."""
 
 
 class ConfigType(Enum):

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from broker.config_def import ConfigDef, ConfigError, ConfigType
-from broker.security.jaas import JaasConfigError, parse_jaas
 from broker.security.principal import (
     ANONYMOUS,
     PrincipalMappingError,
@@ -31,7 +30,8 @@ from broker.security.principal import (
     parse_mapping_rules,
     subject_of,
 )
-from broker.security.sasl_mechanisms import SUPPORTED_MECHANISMS
+from kafka_security.jaas import JaasConfigError, parse_jaas
+from kafka_security.sasl_mechanisms import SUPPORTED_MECHANISMS
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -184,7 +184,7 @@ def build_listener_security(config: BrokerConfig, listener: str) -> ListenerSecu
     ctx = None
     rules: tuple[Any, ...] = ()
     if protocol in ("SSL", "SASL_SSL"):
-        from broker.security.ssl_factory import server_context
+        from kafka_security.ssl_factory import server_context
 
         ctx = server_context(get)
         try:
@@ -251,9 +251,9 @@ def inter_broker_listener(config: BrokerConfig) -> str:
 
 def inter_broker_client_security(config: BrokerConfig) -> Any:
     """What this broker presents as the client of other brokers' inter-broker listener
-    (a :class:`~broker.security.client_security.ClientSecurity`; None on PLAINTEXT)."""
-    from broker.security.client_security import ClientSecurity
-    from broker.security.ssl_factory import client_context
+    (a :class:`~kafka_security.client_security.ClientSecurity`; None on PLAINTEXT)."""
+    from kafka_security.client_security import ClientSecurity
+    from kafka_security.ssl_factory import client_context
 
     listener = inter_broker_listener(config)
     protocol = listener_protocol(config, listener)

@@ -17,7 +17,7 @@ import enum
 import time
 from collections.abc import Callable, Mapping
 
-from broker.security.sasl_mechanisms import (
+from kafka_security.sasl_mechanisms import (
     CredentialLookup,
     IllegalSaslStateError,
     PlainServer,

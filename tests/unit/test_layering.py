@@ -133,3 +133,9 @@ def test_api_handlers_reach_storage_only_through_replica_manager() -> None:
 
 def test_spark_connector_never_imports_broker_internals() -> None:
     assert _violations("spark_connector", ("broker",)) == []
+
+
+def test_the_shared_security_library_imports_neither_side() -> None:
+    """``kafka_security`` (TLS, SASL, JAAS, SCRAM, client settings) serves the broker, the
+    tools and the Spark connector: it depends on none of them."""
+    assert _violations("kafka_security", ("broker", "spark_connector")) == []

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 import scramp
 
-from broker.security.scram import MECHANISMS, ScramCredential
+from kafka_security.scram import MECHANISMS, ScramCredential
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 

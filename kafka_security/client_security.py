@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker.config_def import ConfigError
-from broker.security.jaas import JaasConfigError, parse_jaas
-from broker.security.sasl_mechanisms import (
+from kafka_security.errors import ConfigError
+from kafka_security.jaas import JaasConfigError, parse_jaas
+from kafka_security.sasl_mechanisms import (
     SUPPORTED_MECHANISMS,
     SaslAuthenticationError,
     make_client,
@@ -106,7 +106,7 @@ def client_security(props: Mapping[str, Any], *, source: str = "client config") 
 
 
 def _client_ssl(props: Mapping[str, Any], source: str) -> ssl.SSLContext:
-    from broker.security.ssl_factory import client_context
+    from kafka_security.ssl_factory import client_context
 
     settings = dict(props)
     if props.get("ssl.ca.location") and not props.get("ssl.truststore.location"):

@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from broker.config_def import ConfigError
+from kafka_security.errors import ConfigError
 
 Settings = Callable[[str], Any]
 """A lookup of a Kafka ``ssl.*`` setting by name (None: unset)."""
@@ -194,6 +194,30 @@ def _load_pem_pair(ctx: ssl.SSLContext, key_pem: str, chain_pem: str, password: 
     finally:
         with contextlib.suppress(OSError):
             os.unlink(path)
+
+
+def truststore_pem(path: str, kind: str, password: str | None) -> str:
+    """The certificates of a JKS or PKCS12 trust store as PEM text (for clients that take PEM
+    only, like librdkafka)."""
+    kind = kind.upper()
+    if kind == "PKCS12":
+        return _pkcs12_certs(path, password)
+    if kind == "JKS":
+        return _jks_certs(path, password)
+    raise ValueError(f"not a JKS or PKCS12 store type: {kind}")
+
+
+def keystore_pem(
+    path: str, kind: str, store_password: str | None, key_password: str | None
+) -> tuple[str, str]:
+    """(the unencrypted private key, its certificate chain) of a JKS or PKCS12 key store as
+    PEM text."""
+    kind = kind.upper()
+    if kind == "PKCS12":
+        return _pkcs12_key(path, store_password)
+    if kind == "JKS":
+        return _jks_key(path, store_password, key_password or store_password)
+    raise ValueError(f"not a JKS or PKCS12 store type: {kind}")
 
 
 def _pem_cert(der: bytes) -> str:
