@@ -313,6 +313,38 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(0),
             ">= 0",
         ),
+        ConfigDef(
+            "quota.window.num",
+            _T.INT,
+            11,
+            "samples kept of a client quota's rate",
+            at_least(1),
+            ">= 1",
+        ),
+        ConfigDef(
+            "quota.window.size.seconds",
+            _T.INT,
+            1,
+            "time span of each client quota sample",
+            at_least(1),
+            ">= 1",
+        ),
+        ConfigDef(
+            "quota.producer.default",
+            _T.LONG,
+            2**63 - 1,
+            "deprecated: produce bytes/s of a client id without a dynamic quota",
+            at_least(1),
+            ">= 1",
+        ),
+        ConfigDef(
+            "quota.consumer.default",
+            _T.LONG,
+            2**63 - 1,
+            "deprecated: fetch bytes/s of a client id without a dynamic quota",
+            at_least(1),
+            ">= 1",
+        ),
     )
 }
 

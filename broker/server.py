@@ -64,13 +64,14 @@ from broker.protocol import interbroker as _interbroker
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import KafkaError
 from broker.protocol.response import ConnectionInfo
+from broker.quota.config_follower import QuotaConfigFollower
+from broker.quota.manager import ClientQuotas, quota_settings
 from broker.replication.replica_manager import ReplicaManager
 from broker.security.authorizer import (
     KAFKA_AUTHORIZER_CLASSES,
     AclAuthorizer,
     parse_super_users,
 )
-from broker.security.client_security import ClientSecurity
 from broker.security.credentials import CredentialCache
 from broker.security.listener_security import (
     ListenerSecurity,
@@ -81,6 +82,7 @@ from broker.security.listener_security import (
 )
 from broker.security.sasl_session import SaslSession
 from broker.types import TopicPartition
+from kafka_security.client_security import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,8 @@ class Broker:
         self.log_cleaner: LogCleaner | None = None
         self.credentials: CredentialCache | None = None
         self.authorizer: AclAuthorizer | None = None
+        self.quotas: ClientQuotas | None = None
+        self.quota_configs: QuotaConfigFollower | None = None
         self.inter_broker_listener = ""
         self.inter_broker_security: ClientSecurity | None = None
         self.log_dir_failures = LogDirFailureChannel()
@@ -173,6 +177,9 @@ class Broker:
         )
         self.credentials = credentials = CredentialCache(zk)
         await credentials.start()
+        self.quotas = ClientQuotas(quota_settings(cfg))
+        self.quota_configs = QuotaConfigFollower(zk, self.quotas)
+        await self.quota_configs.start()
         self.authorizer = self._authorizer(zk)
         if self.authorizer is not None:
             await self.authorizer.start()
@@ -198,6 +205,7 @@ class Broker:
             authorizer=self.authorizer,
             credentials=credentials,
             zk_security=zk,
+            quotas=self.quotas,
         )
         dispatcher = Dispatcher(services, self.inter_broker_listener)
         self.controller.set_local_handler(dispatcher.handle_local)
@@ -474,6 +482,8 @@ class Broker:
             await self.topic_configs.stop()
         if self.credentials is not None:
             await self.credentials.stop()
+        if self.quota_configs is not None:
+            await self.quota_configs.stop()
         if self.authorizer is not None:
             await self.authorizer.stop()
         if self.replica_manager is not None:

@@ -6,6 +6,12 @@ STATIC_BROKER_CONFIG when the broker's ``server.properties`` sets the synonym,
 DEFAULT_CONFIG otherwise), with synonyms and documentation when asked. Broker resources
 (type 4) describe the broker's static configuration, read-only; altering broker configs
 dynamically is not supported and answers INVALID_REQUEST.
+
+Authorization (Kafka's ``ConfigHelper`` and ``KafkaApis``): describing a topic's configs needs
+DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED), a broker's (or broker logger's)
+DESCRIBE_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED), with the error's message;
+altering them ALTER_CONFIGS on the topic or the cluster (the same codes, no message). The
+check comes before the resource's existence.
 """
 
 from __future__ import annotations
@@ -13,16 +19,20 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from broker.api.authorization import error_message
 from broker.api.context import RequestContext
 from broker.config import BROKER_CONFIGS
 from broker.config_def import ConfigType, format_config_value
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.topic_config import TOPIC_CONFIG_SYNONYMS, TOPIC_CONFIGS
 
 TOPIC = 2
 BROKER = 4
+BROKER_LOGGER = 8
+CLIENT_METRICS = 16
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
@@ -30,6 +40,21 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 if TYPE_CHECKING:
     from broker.protocol import messages
+
+
+def _refusal(ctx: RequestContext, res: Any, operation: Operation) -> ErrorCode | None:
+    """The authorization error for ``operation`` on a config resource, or None (a type
+    Kafka does not authorize is left to the handler's own check)."""
+    rtype = int(res.resource_type)
+    if rtype == TOPIC:
+        if ctx.authorize(operation, ResourceType.TOPIC, str(res.resource_name)):
+            return None
+        return ErrorCode.topic_authorization_failed
+    if rtype in (BROKER, BROKER_LOGGER, CLIENT_METRICS):
+        if ctx.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME):
+            return None
+        return ErrorCode.cluster_authorization_failed
+    return None
 
 
 def _describe_topic(
@@ -136,6 +161,9 @@ async def handle_describe_configs(
     for res in request.resources:
         keys = tuple(res.configuration_keys) if res.configuration_keys is not None else None
         try:
+            refusal = _refusal(ctx, res, Operation.DESCRIBE_CONFIGS)
+            if refusal is not None:
+                raise KafkaError(error_message(refusal) or "", refusal)
             if res.resource_type == TOPIC:
                 if ctx.services.metadata.topic(res.resource_name) is None:
                     raise KafkaError(
@@ -211,6 +239,9 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
     out = []
     for res in request.resources:
         try:
+            refusal = _refusal(ctx, res, Operation.ALTER_CONFIGS)
+            if refusal is not None:
+                raise KafkaError("", refusal)  # Kafka: ApiError(error, null), no message
             _check_topic_resource(ctx, res)
             if incremental:
                 new = dict(topic_configs.overrides(res.resource_name))

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from broker.metadata.cache import MetadataCache
     from broker.metadata.topic_configs import TopicConfigManager
     from broker.protocol.response import ConnectionInfo
+    from broker.quota.manager import ClientQuotas
+    from broker.quota.request_usage import RequestUsage
     from broker.replication.replica_manager import ReplicaManager
     from broker.security.authorizer import AclAuthorizer
     from broker.security.credentials import CredentialCache
@@ -59,6 +61,8 @@ class BrokerServices:
     """The SCRAM credentials SASL listeners authenticate against."""
     zk_security: ZkSecurityOps | None = None
     """ZooKeeper's ACL and user-config znodes (the ACL and SCRAM admin APIs write there)."""
+    quotas: ClientQuotas | None = None
+    """Client quotas (``/config/users``, ``/config/clients``); None: none enforced."""
 
 
 @dataclass(slots=True)
@@ -66,6 +70,9 @@ class RequestContext:
     header: RequestHeader
     connection: ConnectionInfo
     services: BrokerServices
+    quota: RequestUsage | None = None
+    """Set by the dispatcher when a quota applies to this request's client: what it records
+    (produce and fetch record their bytes themselves, :mod:`broker.quota.request_usage`)."""
 
     @property
     def version(self) -> int:

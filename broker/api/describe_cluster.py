@@ -1,14 +1,21 @@
-"""DescribeCluster (60): cluster id, controller and brokers (as the admin client expects)."""
+"""DescribeCluster (60): cluster id, controller and brokers (as the admin client expects).
+
+Authorization: as Kafka 3.9 (``AuthHelper.computeDescribeClusterResponse``) any principal may
+describe the cluster; ``cluster_authorized_operations``, when the client asks for them, are
+the operations it may perform on the cluster, 0 without DESCRIBE on it (every supported one
+without an authorizer)."""
 
 from __future__ import annotations
 
 import datetime
 from typing import TYPE_CHECKING
 
+from broker.api.authorization import OPERATIONS_OMITTED, authorized_operations
 from broker.api.context import RequestContext
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
+from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 BROKER_ENDPOINT = 1
 
@@ -32,7 +39,7 @@ async def handle(
             cluster_id=cache.cluster_id,
             controller_id=-1,
             brokers=(),
-            cluster_authorized_operations=-2147483648,
+            cluster_authorized_operations=OPERATIONS_OMITTED,
         )
     brokers = tuple(
         registry.build(broker_cls, broker_id=b.id, host=host, port=port, rack=b.rack)
@@ -48,5 +55,13 @@ async def handle(
         cluster_id=cache.cluster_id,
         controller_id=cache.controller_id,
         brokers=brokers,
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=_cluster_operations(ctx, request),
     )
+
+
+def _cluster_operations(ctx: RequestContext, request: messages.DescribeClusterRequest) -> int:
+    if not request.include_cluster_authorized_operations:
+        return OPERATIONS_OMITTED
+    if not ctx.authorize_cluster(Operation.DESCRIBE):
+        return 0
+    return authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)

@@ -17,12 +17,21 @@ each request eagerly, inside the socket's read callback (``broker.network.connec
 the APIs in :data:`EAGER_APIS` run their handler there, up to its first real suspension;
 every other request started that way first yields a bare ``None``, so its handler runs in a
 task and may use what needs one (``asyncio.timeout``, the inter-broker client).
+
+Client quotas: when any quota is configured (``services.quotas.enabled``; otherwise that one
+test is all a request pays), a client's request gets a
+:class:`~broker.quota.request_usage.RequestUsage` in ``ctx.quota`` and its handler is timed;
+Produce and Fetch record their bytes and time themselves, every other response records the
+handler time (``request_percentage``) here and carries the throttle in ``throttle_time_ms``.
+Never throttled, as in Kafka: the brokers' own requests (the cluster actions, follower
+fetches, requests forwarded by a broker) and the SASL exchange before authentication.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -30,6 +39,7 @@ from typing import Any
 from broker.api import (
     acls,
     api_versions,
+    client_quotas,
     configs,
     describe_cluster,
     elect_leaders,
@@ -51,6 +61,7 @@ from broker.api import (
     txn_partitions,
 )
 from broker.api.context import BrokerServices, RequestContext
+from broker.api.forwarding import FORWARDING_CLIENT_SUFFIX
 from broker.protocol import list_offsets_codec, registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
@@ -62,6 +73,9 @@ from broker.protocol.framing import (
     skip_tagged_fields,
 )
 from broker.protocol.response import CloseConnection, ConnectionInfo, Response
+from broker.quota.manager import ClientQuotas
+from broker.quota.request_usage import RequestUsage
+from broker.security.acl import Operation
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +132,8 @@ HANDLERS: dict[ApiKey, Handler] = {
         scram_credentials.handle_describe_user_scram_credentials
     ),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_credentials.handle_alter_user_scram_credentials,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: client_quotas.handle_describe_client_quotas,
+    ApiKey.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter_client_quotas,
 }
 assert set(HANDLERS) == set(registry.SUPPORTED_APIS), "registry and handlers disagree"
 
@@ -125,6 +141,18 @@ assert set(HANDLERS) == set(registry.SUPPORTED_APIS), "registry and handlers dis
 # asyncio.timeout, TaskGroup or inter-broker client call on the way): they run eagerly.
 # Produce only without a transactional id (KIP-890 verification calls the coordinator).
 EAGER_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.PRODUCE})
+
+# The brokers' own requests, which Kafka answers without quota throttling
+# (``sendResponseExemptThrottle``).
+THROTTLE_EXEMPT_APIS = frozenset(
+    {
+        ApiKey.LEADER_AND_ISR,
+        ApiKey.STOP_REPLICA,
+        ApiKey.UPDATE_METADATA,
+        ApiKey.CONTROLLED_SHUTDOWN,
+        ApiKey.WRITE_TXN_MARKERS,
+    }
+)
 
 # Requests decoded by hand instead of by kio (see each codec's docstring for why).
 FAST_DECODERS: dict[ApiKey, Callable[[int, bytes, int], Any]] = {
@@ -142,6 +170,7 @@ class _Route:
     flexible_request: bool
     flexible_response: bool
     eager: bool
+    quota_exempt: bool
 
 
 def _kio_decoder(api_key: int) -> Callable[[int, bytes, int], Any]:
@@ -170,6 +199,7 @@ def _route(api_key: int, version: int) -> _Route | None:
         flexible_request=registry.is_flexible(api_key, version),
         flexible_response=registry.response_uses_flexible_header(api_key, version),
         eager=key in EAGER_APIS,
+        quota_exempt=key in THROTTLE_EXEMPT_APIS,
     )
     return route
 
@@ -211,6 +241,9 @@ class Dispatcher:
         except Exception as exc:
             raise CloseConnection(f"malformed {route.name} v{version} request: {exc}") from exc
         ctx = RequestContext(header, conn, self.services)
+        quotas = self.services.quotas
+        if quotas is not None and quotas.enabled and not route.quota_exempt:
+            ctx.quota = _quota_usage(ctx, quotas, request, len(frame))
         if (
             not route.eager or (api_key == ApiKey.PRODUCE and request.transactional_id is not None)
         ) and asyncio.current_task() is None:
@@ -218,12 +251,19 @@ class Dispatcher:
             # network layer continues it in a task (already in a task: nothing to do)
             await asyncio.sleep(0)
         try:
-            result = await route.handler(ctx, request)
+            if ctx.quota is None:
+                result = await route.handler(ctx, request)
+            else:
+                result = await ctx.quota.timed(route.handler(ctx, request))
         except CloseConnection:
             raise
         except Exception as exc:
             log.exception("handler for %s v%d failed", route.name, version)
             raise CloseConnection(f"internal error: {exc}") from exc
+        if ctx.quota is not None and not ctx.quota.recorded:
+            throttle_ms = ctx.quota.record_request()
+            if throttle_ms and result is not None:
+                result = _with_throttle(result, api_key, version, throttle_ms)
         if result is None:
             return None
         hdr = response_header(header.correlation_id, route.flexible_response)
@@ -253,6 +293,50 @@ class Dispatcher:
                     hdr = response_header(correlation_id, bool(cls.__flexible__))
                     return Response([hdr + body], len(hdr) + len(body))
         raise CloseConnection(f"unsupported API {api_key} v{version}")
+
+
+def _quota_usage(
+    ctx: RequestContext, quotas: ClientQuotas, request: Any, size: int
+) -> RequestUsage | None:
+    """The request's quota accounting, or None when it is exempt: the SASL exchange before
+    authentication, a follower's fetch, a request a broker forwarded (the last two only for
+    a principal allowed CLUSTER_ACTION, as Kafka checks)."""
+    conn = ctx.connection
+    if conn.internal or (conn.sasl is not None and not conn.sasl.authenticated):
+        return None
+    key = ctx.header.api_key
+    if (
+        (key == ApiKey.FETCH and int(request.replica_id) >= 0)
+        or (ctx.client_id or "").endswith(FORWARDING_CLIENT_SUFFIX)
+    ) and ctx.authorize_cluster(Operation.CLUSTER_ACTION):
+        return None
+    return RequestUsage(quotas, ctx.services.clock, conn, ctx.client_id, size)
+
+
+def _with_throttle(result: Any, api_key: int, version: int, throttle_ms: int) -> Any:
+    """The response with ``throttle_time_ms`` set (a response without the field is sent as
+    it is; the connection is muted all the same)."""
+    if isinstance(result, Response):
+        # hand-encoded: Fetch (v4+) and ListOffsets v2+ open with throttle_time_ms (Produce
+        # and Fetch set theirs when they record their bytes; this is for their early answers)
+        chunks = result.chunks
+        opens_with_throttle = api_key == ApiKey.FETCH or (
+            api_key == ApiKey.LIST_OFFSETS and version >= 2
+        )
+        if opens_with_throttle and chunks and isinstance(chunks[0], bytes) and len(chunks[0]) >= 4:
+            head = chunks[0]
+            chunks = [throttle_ms.to_bytes(4, "big") + head[4:], *chunks[1:]]
+            return Response(chunks, result.size)
+        return result
+    if (
+        dataclasses.is_dataclass(result)
+        and not isinstance(result, type)
+        and hasattr(result, "throttle_time")
+    ):
+        return dataclasses.replace(
+            result, throttle_time=datetime.timedelta(milliseconds=throttle_ms)
+        )
+    return result
 
 
 # An error message echoes what the client sent (a topic name of 32767 bytes, say); Kafka's

@@ -10,6 +10,10 @@ requested partition's result, so a v0 client sees it too. Per-partition errors a
 controller's: ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE,
 ELIGIBLE_LEADERS_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION.
 
+Authorization (Kafka's ``KafkaApis.handleElectLeaders``): ALTER on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED at the top level and for each requested partition, and nothing
+is elected.
+
 Concurrency: runs on the event loop; the controller serialises the elections.
 """
 
@@ -22,6 +26,7 @@ from broker.api.context import RequestContext
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acl import Operation
 from broker.types import TopicPartition
 
 PREFERRED = 0
@@ -57,6 +62,8 @@ async def handle(
     top_error = ErrorCode.none
     results: dict[TopicPartition, tuple[ErrorCode, str | None]]
     try:
+        if not ctx.authorize_cluster(Operation.ALTER):
+            raise KafkaError("", ErrorCode.cluster_authorization_failed)  # Kafka: no message
         if election_type not in ELECTION_TYPES:
             raise KafkaError(
                 f"unknown election type {election_type} (0 = preferred, 1 = unclean)",

@@ -10,18 +10,30 @@ read_committed, v4+), in which case the response lists the aborted transactions 
 returned range; followers (``replica_id`` >= 0) read up to the log end. Incremental fetch
 sessions (KIP-227, v7+): :mod:`broker.replication.fetch_sessions` decides which partitions a
 request reads (its own, or its session's) and which results the response carries.
+
+Authorization (Kafka's ``KafkaApis.handleFetchRequest``): a follower's fetch needs
+CLUSTER_ACTION on the cluster, a consumer's READ on each topic; a partition refused answers
+TOPIC_AUTHORIZATION_FAILED (whether its topic exists or not) and is not read. Without an
+authorizer this costs one attribute test.
+
+Quotas (``consumer_byte_rate``, :mod:`broker.quota`): a consumer under a quota reads at most
+one quota window's worth per fetch and records the bytes it was sent; one that exceeds its
+quota is answered at once with no data and ``throttle_time_ms``, as Kafka does.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker.api.authorization import denied
 from broker.api.context import RequestContext
 from broker.protocol.errors import ErrorCode
 from broker.protocol.fetch_response import FetchPartitionData, encode_fetch_response
 from broker.protocol.response import Response
 from broker.replication.fetch_sessions import FetchContext
 from broker.replication.replica_manager import FetchRequestPartition
+from broker.replication.results import FetchResult
+from broker.security.acl import Operation, ResourceType
 from broker.types import TopicPartition
 
 READ_COMMITTED = 1
@@ -63,18 +75,36 @@ async def handle(ctx: RequestContext, request: messages.FetchRequest) -> Respons
         context = FetchContext(wanted)
     max_bytes = int(getattr(request, "max_bytes", 2**31 - 1))
     max_bytes = min(max_bytes, ctx.services.config["fetch.max.bytes"]) if max_bytes > 0 else 0
+    if ctx.quota is not None:  # a consumer under a quota: at most one quota window's worth
+        window_bytes = ctx.quota.fetch_window_bytes()
+        if window_bytes is not None:
+            max_bytes = min(max_bytes, window_bytes)
     read_committed = (
         replica_id < 0 and int(getattr(request, "isolation_level", 0)) == READ_COMMITTED
     )
-    results = await ctx.services.replica_manager.fetch(
-        context.partitions,
-        max_wait_ms=int(request.max_wait.total_seconds() * 1000),
-        min_bytes=int(request.min_bytes),
-        max_bytes=max_bytes,
-        committed_only=replica_id < 0,
-        replica_id=replica_id,
-        read_committed=read_committed,
-    )
+    partitions = context.partitions
+    refused: list[FetchResult] = []
+    if ctx.services.authorizer is not None:  # all an unsecured broker pays for authorization
+        partitions, refused = _authorize(ctx, partitions, replica_id)
+    results: list[FetchResult] = []
+    if partitions or not refused:  # all refused: answered at once, as Kafka does
+        results = await ctx.services.replica_manager.fetch(
+            partitions,
+            max_wait_ms=int(request.max_wait.total_seconds() * 1000),
+            min_bytes=int(request.min_bytes),
+            max_bytes=max_bytes,
+            committed_only=replica_id < 0,
+            replica_id=replica_id,
+            read_committed=read_committed,
+        )
+    if refused:
+        results = [*results, *refused]
+    if ctx.quota is not None:  # record the bytes; a throttled consumer gets no data (Kafka)
+        throttle_ms = ctx.quota.record_fetch(sum(r.size for r in results))
+        if throttle_ms:
+            return encode_fetch_response(
+                version, [], session_id=context.session_id, throttle_time_ms=throttle_ms
+            )
     return encode_fetch_response(
         version,
         [
@@ -92,3 +122,28 @@ async def handle(ctx: RequestContext, request: messages.FetchRequest) -> Respons
         ],
         session_id=context.session_id,
     )
+
+
+def _authorize(
+    ctx: RequestContext, partitions: list[FetchRequestPartition], replica_id: int
+) -> tuple[list[FetchRequestPartition], list[FetchResult]]:
+    """(the partitions to read, the results of those refused): a follower (``replica_id``
+    >= 0) needs CLUSTER_ACTION on the cluster, a consumer READ on each topic."""
+    if replica_id >= 0:
+        if ctx.authorize_cluster(Operation.CLUSTER_ACTION):
+            return partitions, []
+        refused_topics: frozenset[str] | None = None
+    else:
+        refused_topics = denied(
+            ctx, Operation.READ, ResourceType.TOPIC, (p.tp.topic for p in partitions)
+        )
+        if not refused_topics:
+            return partitions, []
+    allowed: list[FetchRequestPartition] = []
+    refused: list[FetchResult] = []
+    for p in partitions:
+        if refused_topics is None or p.tp.topic in refused_topics:
+            refused.append(FetchResult(p.tp, ErrorCode.topic_authorization_failed))
+        else:
+            allowed.append(p)
+    return allowed, refused

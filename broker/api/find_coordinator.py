@@ -18,6 +18,10 @@ Advertising the API matters beyond groups: librdkafka enables LZ4 compression on
 brokers whose ApiVersions lists FindCoordinator (its feature map dates LZ4 support by it),
 so without it confluent-kafka silently sends ``compression.type=lz4`` batches uncompressed.
 
+Authorization (Kafka's ``KafkaApis.getCoordinator``): a group key needs DESCRIBE on the group
+(GROUP_AUTHORIZATION_FAILED), a transaction key DESCRIBE on the transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), each key on its own, with the error's message.
+
 Concurrency: runs on the event loop; a lookup may wait for the offsets topic's creation.
 """
 
@@ -26,10 +30,12 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
+from broker.api.authorization import error_message
 from broker.api.context import RequestContext
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
+from broker.security.acl import Operation, ResourceType
 
 GROUP, TRANSACTION = 0, 1
 NO_NODE = (-1, "", -1)
@@ -48,6 +54,9 @@ async def lookup(
     ctx: RequestContext, key: str, key_type: int
 ) -> tuple[ErrorCode, str | None, int, str, int]:
     """(error, error message, node id, host, port) for one key."""
+    refusal = _refusal(ctx, key, key_type)
+    if refusal is not None:
+        return refusal, error_message(refusal), *NO_NODE
     if key_type == GROUP:
         error, node_id, host, port = await ctx.services.group_coordinator.find_coordinator(key)
         if error is ErrorCode.none:
@@ -65,6 +74,17 @@ async def lookup(
         f"unknown coordinator key type {key_type} (0 = group, 1 = transaction)",
         *NO_NODE,
     )
+
+
+def _refusal(ctx: RequestContext, key: str, key_type: int) -> ErrorCode | None:
+    """The authorization error for a lookup the principal may not make, or None."""
+    if key_type == GROUP and not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, key):
+        return ErrorCode.group_authorization_failed
+    if key_type == TRANSACTION and not ctx.authorize(
+        Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+    ):
+        return ErrorCode.transactional_id_authorization_failed
+    return None
 
 
 def _message(error: ErrorCode) -> str:

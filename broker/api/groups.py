@@ -19,11 +19,18 @@ Kafka's ``KafkaApis`` and the request/response classes apply them:
 - ListGroups: v4+ filter by state (case-insensitive), v5+ by group type (all groups here are
   ``classic``).
 - DescribeGroups: ``authorized_operations`` (v3+) is Integer.MIN_VALUE unless the client asks
-  for it; without an authorizer Kafka then reports every operation a group supports (READ,
-  DESCRIBE, DELETE).
+  for it; then it holds the operations the principal may perform on the group (without an
+  authorizer every one a group supports: READ, DESCRIBE, DELETE).
 
 An empty group id is INVALID_GROUP_ID for the membership APIs (Kafka's ``isValidGroupId``),
 answered here without consulting the coordinator.
+
+Authorization (Kafka's ``KafkaApis``): JoinGroup, SyncGroup, Heartbeat and LeaveGroup need
+READ on the group (GROUP_AUTHORIZATION_FAILED, checked before the group id itself);
+DescribeGroups answers GROUP_AUTHORIZATION_FAILED for each group the principal may not
+DESCRIBE, and ``authorized_operations`` are the principal's; DeleteGroups needs DELETE on
+each group; ListGroups lists every group for a principal that may DESCRIBE the cluster, else
+only the groups it may DESCRIBE.
 
 Concurrency: runs on the event loop. JoinGroup and SyncGroup may wait (for the rest of the
 group, up to the rebalance timeout); the network server runs handlers concurrently and keeps
@@ -35,18 +42,16 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from broker.api.authorization import OPERATIONS_OMITTED, authorized_operations, denied
 from broker.api.context import RequestContext
+from broker.coordinator.group.group_metadata import GroupDescription
 from broker.coordinator.group.results import MemberIdentity
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
+from broker.security.acl import Operation, ResourceType
 
 NO_THROTTLE = datetime.timedelta(0)
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-"""``authorized_operations`` when the client did not ask for them (Integer.MIN_VALUE)."""
-# AclOperation codes READ (3), DELETE (6), DESCRIBE (8): what a group supports (Kafka's
-# AclEntry.supportedOperations(GROUP)); with no authorizer every one is allowed.
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 if TYPE_CHECKING:
     from broker.protocol import messages
@@ -64,6 +69,11 @@ def client_host(ctx: RequestContext) -> str:
     return "/" + host.strip("[]")
 
 
+def _may_read(ctx: RequestContext, group_id: str) -> bool:
+    """READ on the group: what the membership APIs need."""
+    return ctx.authorize(Operation.READ, ResourceType.GROUP, group_id)
+
+
 # --- JoinGroup -----------------------------------------------------------------------------
 
 
@@ -75,6 +85,10 @@ async def handle_join_group(
     member_cls = registry.nested(cls, "JoinGroupResponseMember")
     group_id = str(request.group_id)
     member_id = str(request.member_id)
+    if not _may_read(ctx, group_id):
+        return _join_response(
+            cls, version, error=ErrorCode.group_authorization_failed, member_id=""
+        )
     if not group_id:
         return _join_response(cls, version, error=ErrorCode.invalid_group_id, member_id=member_id)
     session_timeout_ms = millis(request.session_timeout)
@@ -158,10 +172,12 @@ async def handle_sync_group(
     group_id = str(request.group_id)
     protocol_type = getattr(request, "protocol_type", None)
     protocol_name = getattr(request, "protocol_name", None)
-    if not group_id:
-        return _sync_response(cls, ErrorCode.invalid_group_id)
     if version >= 5 and (protocol_type is None or protocol_name is None):
         return _sync_response(cls, ErrorCode.inconsistent_group_protocol)
+    if not _may_read(ctx, group_id):
+        return _sync_response(cls, ErrorCode.group_authorization_failed)
+    if not group_id:
+        return _sync_response(cls, ErrorCode.invalid_group_id)
     result = await ctx.services.group_coordinator.sync_group(
         group_id,
         member_id=str(request.member_id),
@@ -201,7 +217,9 @@ async def handle_heartbeat(
 ) -> messages.HeartbeatResponse:
     cls = registry.response_class(ApiKey.HEARTBEAT, ctx.version)
     group_id = str(request.group_id)
-    if not group_id:
+    if not _may_read(ctx, group_id):
+        error = ErrorCode.group_authorization_failed
+    elif not group_id:
         error = ErrorCode.invalid_group_id
     else:
         error = await ctx.services.group_coordinator.heartbeat(
@@ -227,6 +245,13 @@ async def handle_leave_group(
         identities = [MemberIdentity(str(m.member_id), m.group_instance_id) for m in members]
     else:
         identities = [MemberIdentity(str(getattr(request, "member_id", "")))]
+    if not _may_read(ctx, group_id):
+        return registry.build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.group_authorization_failed,
+            members=(),
+        )
     if not group_id:
         return registry.build(
             cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_group_id, members=()
@@ -268,6 +293,12 @@ async def handle_list_groups(
     states = [str(s) for s in getattr(request, "states_filter", ())]
     types = {str(t).lower() for t in getattr(request, "types_filter", ())}
     error, overviews = ctx.services.group_coordinator.list_groups(states or None)
+    if not ctx.authorize_cluster(Operation.DESCRIBE):
+        # only the groups the principal may describe (all of them with DESCRIBE on the cluster)
+        hidden = denied(
+            ctx, Operation.DESCRIBE, ResourceType.GROUP, (g.group_id for g in overviews)
+        )
+        overviews = [g for g in overviews if g.group_id not in hidden]
     return registry.build(
         cls,
         throttle_time=NO_THROTTLE,
@@ -295,15 +326,16 @@ async def handle_describe_groups(
     cls = registry.response_class(ApiKey.DESCRIBE_GROUPS, ctx.version)
     group_cls = registry.nested(cls, "DescribedGroup")
     member_cls = registry.nested(cls, "DescribedGroupMember")
-    operations = (
-        GROUP_OPERATIONS
-        if getattr(request, "include_authorized_operations", False)
-        else AUTHORIZED_OPERATIONS_OMITTED
-    )
+    with_operations = bool(getattr(request, "include_authorized_operations", False))
     coordinator = ctx.services.group_coordinator
+    refused = denied(ctx, Operation.DESCRIBE, ResourceType.GROUP, (str(g) for g in request.groups))
     described = []
     for group_id in request.groups:
-        error, d = coordinator.describe_group(str(group_id))
+        d: GroupDescription | None = None
+        if str(group_id) in refused:
+            error = ErrorCode.group_authorization_failed
+        else:
+            error, d = coordinator.describe_group(str(group_id))
         if error is not ErrorCode.none:
             # Kafka's DescribeGroupsResponse.groupError: unknown state, no members.
             described.append(
@@ -315,10 +347,16 @@ async def handle_describe_groups(
                     protocol_type="",
                     protocol_data="",
                     members=(),
-                    authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+                    authorized_operations=OPERATIONS_OMITTED,
                 )
             )
             continue
+        assert d is not None
+        operations = (
+            authorized_operations(ctx, ResourceType.GROUP, d.group_id)
+            if with_operations
+            else OPERATIONS_OMITTED
+        )
         described.append(
             registry.build(
                 group_cls,
@@ -354,7 +392,10 @@ async def handle_delete_groups(
     cls = registry.response_class(ApiKey.DELETE_GROUPS, ctx.version)
     result_cls = registry.nested(cls, "DeletableGroupResult")
     group_ids = list(dict.fromkeys(str(g) for g in request.groups_names))  # keyed by group id
-    results = await ctx.services.group_coordinator.delete_groups(group_ids) if group_ids else {}
+    refused = denied(ctx, Operation.DELETE, ResourceType.GROUP, group_ids)
+    allowed = [g for g in group_ids if g not in refused]
+    results = dict(await ctx.services.group_coordinator.delete_groups(allowed)) if allowed else {}
+    results.update(dict.fromkeys(refused, ErrorCode.group_authorization_failed))
     return registry.build(
         cls,
         throttle_time=NO_THROTTLE,

@@ -17,6 +17,11 @@ UpdateMetadata is incremental, as in Kafka: it lists every live broker and the p
 whose state changed; a partition whose leader is -2 (``LeaderDuringDelete``) removes its
 topic from the metadata cache.
 
+Authorization (Kafka's ``authorizeClusterOperation``): every one of them needs CLUSTER_ACTION
+on the cluster (the brokers' principal is a super user); refused, the request is answered
+CLUSTER_AUTHORIZATION_FAILED (at the top level and for each partition it names, as Kafka's
+``getErrorResponse``) and ignored.
+
 Concurrency: event loop thread; each handler applies its request synchronously after the
 (ZooKeeper) topic-config lookup, so requests take effect in the order the controller sent
 them on its connection.
@@ -32,6 +37,7 @@ from broker.metadata.cache import BrokerInfo, PartitionInfo
 from broker.protocol import interbroker as _interbroker
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import PartitionStateSpec
+from broker.security.acl import Operation
 from broker.types import BrokerId, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -39,9 +45,15 @@ log = logging.getLogger(__name__)
 ib: Any = _interbroker
 
 LEADER_DURING_DELETE = -2
+REFUSED = ErrorCode.cluster_authorization_failed
 
 if TYPE_CHECKING:
     from broker.protocol import messages
+
+
+def _may_act(ctx: RequestContext) -> bool:
+    """CLUSTER_ACTION on the cluster: what a controller (or broker) request needs."""
+    return ctx.authorize_cluster(Operation.CLUSTER_ACTION)
 
 
 async def _stale_broker_epoch(ctx: RequestContext, request_epoch: int) -> bool:
@@ -82,7 +94,10 @@ async def handle_leader_and_isr(
                 )
             )
     leaders = {int(x.broker_id): (str(x.host_name), int(x.port)) for x in request.live_leaders}
-    if await _stale_broker_epoch(ctx, int(request.broker_epoch)):
+    if not _may_act(ctx):
+        results = {s.tp: REFUSED for s in specs}
+        top = REFUSED
+    elif await _stale_broker_epoch(ctx, int(request.broker_epoch)):
         results = {s.tp: ErrorCode.stale_broker_epoch for s in specs}
         top = ErrorCode.stale_broker_epoch
     elif int(request.controller_epoch) < rm.controller_epoch:
@@ -117,6 +132,16 @@ async def handle_stop_replica(
         for t in request.topic_states
         for p in t.partition_states
     ]
+    if not _may_act(ctx):
+        return ib.StopReplicaResponse(
+            error_code=REFUSED,
+            partition_errors=tuple(
+                ib.StopReplicaPartitionError(
+                    topic_name=tp.topic, partition_index=tp.partition, error_code=REFUSED
+                )
+                for tp, _delete in wanted
+            ),
+        )
     if await _stale_broker_epoch(ctx, int(request.broker_epoch)):
         return ib.StopReplicaResponse(error_code=ErrorCode.stale_broker_epoch, partition_errors=())
     if int(request.controller_epoch) < rm.controller_epoch:
@@ -140,6 +165,8 @@ async def handle_update_metadata(
 ) -> messages.UpdateMetadataResponse:
     services = ctx.services
     rm = services.replica_manager
+    if not _may_act(ctx):
+        return ib.UpdateMetadataResponse(error_code=REFUSED)
     if await _stale_broker_epoch(ctx, int(request.broker_epoch)):
         return ib.UpdateMetadataResponse(error_code=ErrorCode.stale_broker_epoch)
     if not rm.check_controller_epoch(int(request.controller_epoch)):
@@ -192,6 +219,8 @@ async def handle_update_metadata(
 async def handle_controlled_shutdown(
     ctx: RequestContext, request: messages.ControlledShutdownRequest
 ) -> messages.ControlledShutdownResponse:
+    if not _may_act(ctx):
+        return ib.ControlledShutdownResponse(error_code=REFUSED, remaining_partitions=())
     try:
         remaining = await ctx.services.controller.controlled_shutdown(
             int(request.broker_id), int(request.broker_epoch)

@@ -10,6 +10,15 @@ A broker that has not yet heard from the controller (just started) waits up to
 answers a named topic it does not know with LEADER_NOT_AVAILABLE (retriable: "ask again"),
 not UNKNOWN_TOPIC_OR_PARTITION ("it does not exist", on which librdkafka fails every
 produce to the topic at once), and auto-creates nothing (the topic may well exist).
+
+Authorization (Kafka's ``KafkaApis.handleTopicMetadataRequest``): only topics the principal
+may DESCRIBE are answered; asked for all topics, the others are left out; asked for by name,
+they answer TOPIC_AUTHORIZATION_FAILED without a topic id or partitions, whether they exist
+or not (by topic id: with the id and no name). A topic to auto-create needs CREATE on the
+cluster or on the topic, else it answers TOPIC_AUTHORIZATION_FAILED. From v8 the client may
+ask for ``topic_authorized_operations`` (of the topics it may describe) and, in v8-10,
+``cluster_authorized_operations`` (0 without DESCRIBE on the cluster): bit fields of the
+operations the principal may perform (every supported one without an authorizer).
 """
 
 from __future__ import annotations
@@ -17,12 +26,15 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING
 
+from broker.api.authorization import OPERATIONS_OMITTED, authorized_operations, denied
 from broker.api.context import RequestContext
+from broker.api.produce import INTERNAL_TOPICS
 from broker.controller.topic_admin import validate_topic_name
 from broker.metadata.cache import TopicInfo
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 if TYPE_CHECKING:
     from broker.protocol import messages
@@ -46,20 +58,32 @@ async def handle(
     all_topics = requested is None or (version == 0 and len(requested) == 0)
     errors: dict[str, ErrorCode] = {}
     names: list[str] = []
+    refused: dict[str, object] = {}  # asked for, not to be described: name -> the id asked by
+    no_create: frozenset[str] = frozenset()  # to auto-create, but not allowed to
     if all_topics or requested is None:
         names = [t.name for t in cache.topics()]
+        hidden = denied(ctx, Operation.DESCRIBE, ResourceType.TOPIC, names)
+        names = [n for n in names if n not in hidden]
     else:
+        by_id_asked: dict[str, object] = {}
         for t in requested:
             name: str | None = t.name
             topic_id = getattr(t, "topic_id", None)
             if name is None and topic_id is not None:
                 by_id = cache.topic_by_id(topic_id)
                 name = by_id.name if by_id else None
+                if name is not None:
+                    by_id_asked[str(name)] = topic_id
             if name is not None:
                 names.append(str(name))
+        hidden = denied(ctx, Operation.DESCRIBE, ResourceType.TOPIC, names)
+        refused = {n: by_id_asked.get(n) for n in names if n in hidden}
         allow_auto = getattr(request, "allow_auto_topic_creation", True)
-        missing = [n for n in names if cache.topic(n) is None]
+        missing = [n for n in names if n not in refused and cache.topic(n) is None]
         if missing and known and allow_auto and services.config["auto.create.topics.enable"]:
+            if not ctx.authorize_cluster(Operation.CREATE):
+                no_create = denied(ctx, Operation.CREATE, ResourceType.TOPIC, missing)
+                missing = [n for n in missing if n not in no_create]
             for name in missing:
                 try:
                     validate_topic_name(name)
@@ -85,8 +109,30 @@ async def handle(
                     if exc.code != ErrorCode.topic_already_exists:
                         errors[name] = exc.code
 
+    with_operations = version >= 8 and bool(
+        getattr(request, "include_topic_authorized_operations", False)
+    )
     topics = []
     for topic_name in names:
+        if topic_name in refused or topic_name in no_create:
+            topics.append(
+                registry.build(
+                    topic_cls,
+                    error_code=ErrorCode.topic_authorization_failed,
+                    # asked by id: the id is no secret, the name is (Kafka answers no name)
+                    name=None if refused.get(topic_name) is not None else topic_name,
+                    topic_id=refused.get(topic_name),
+                    is_internal=topic_name in no_create and topic_name in INTERNAL_TOPICS,
+                    partitions=(),
+                    topic_authorized_operations=OPERATIONS_OMITTED,
+                )
+            )
+            continue
+        operations = (
+            authorized_operations(ctx, ResourceType.TOPIC, topic_name)
+            if with_operations
+            else OPERATIONS_OMITTED
+        )
         info: TopicInfo | None = cache.topic(topic_name)
         if info is None:
             topics.append(
@@ -102,7 +148,7 @@ async def handle(
                     topic_id=None,
                     is_internal=False,
                     partitions=(),
-                    topic_authorized_operations=-2147483648,
+                    topic_authorized_operations=operations,
                 )
             )
             continue
@@ -127,7 +173,7 @@ async def handle(
                 topic_id=info.topic_id,
                 is_internal=info.internal,
                 partitions=partitions,
-                topic_authorized_operations=-2147483648,
+                topic_authorized_operations=operations,
             )
         )
     brokers = tuple(
@@ -142,5 +188,17 @@ async def handle(
         cluster_id=cache.cluster_id,
         controller_id=cache.controller_id,
         topics=tuple(topics),
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=_cluster_operations(ctx, request),
     )
+
+
+def _cluster_operations(ctx: RequestContext, request: messages.MetadataRequest) -> int:
+    """``cluster_authorized_operations`` (asked for in v8-10; 0 without DESCRIBE on the
+    cluster)."""
+    if not 8 <= ctx.version <= 10 or not getattr(
+        request, "include_cluster_authorized_operations", False
+    ):
+        return OPERATIONS_OMITTED
+    if not ctx.authorize_cluster(Operation.DESCRIBE):
+        return 0
+    return authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME)

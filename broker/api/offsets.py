@@ -21,6 +21,14 @@ The handlers translate the wire format; the group coordinator fences, stores (in
 - OffsetDelete: partitions of unknown topics are UNKNOWN_TOPIC_OR_PARTITION; the
   coordinator's group-level error goes to the top-level ``error_code``.
 
+Authorization (Kafka's ``KafkaApis``): OffsetCommit needs READ on the group (else every
+partition answers GROUP_AUTHORIZATION_FAILED) and READ on each topic; OffsetFetch DESCRIBE on
+each group (GROUP_AUTHORIZATION_FAILED) and on each topic (a named partition answers
+TOPIC_AUTHORIZATION_FAILED, and a fetch of every committed offset leaves the topic out);
+TxnOffsetCommit WRITE on the transactional id, then READ on the group, then READ on each
+topic; OffsetDelete DELETE on the group (the top-level error) and READ on each topic. A
+topic's authorization is checked before its existence (TOPIC_AUTHORIZATION_FAILED first).
+
 Concurrency: runs on the event loop; a commit waits for the offsets partition's ISR.
 """
 
@@ -31,10 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.offset_fetch.v8.request import OffsetFetchRequest as OffsetFetchRequestV8
 
+from broker.api.authorization import denied
 from broker.api.context import RequestContext
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
+from broker.security.acl import Operation, ResourceType
 from broker.types import TopicPartition
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -60,6 +70,65 @@ def _by_topic(
     return grouped
 
 
+def _commit_partitions(
+    ctx: RequestContext, request: Any
+) -> tuple[
+    list[TopicPartition],
+    dict[TopicPartition, tuple[int, int, str | None]],
+    dict[TopicPartition, ErrorCode],
+]:
+    """An (Txn)OffsetCommit's partitions in request order, the offsets to commit, and the
+    partitions answered without the coordinator: TOPIC_AUTHORIZATION_FAILED for a topic the
+    principal may not READ, then UNKNOWN_TOPIC_OR_PARTITION for one the cluster does not know."""
+    cache = ctx.services.metadata
+    refused = denied(ctx, Operation.READ, ResourceType.TOPIC, (str(t.name) for t in request.topics))
+    order: list[TopicPartition] = []
+    offsets: dict[TopicPartition, tuple[int, int, str | None]] = {}
+    errors: dict[TopicPartition, ErrorCode] = {}
+    for topic in request.topics:
+        name = str(topic.name)
+        error = (
+            ErrorCode.topic_authorization_failed
+            if name in refused
+            else ErrorCode.none
+            if cache.topic(name) is not None
+            else ErrorCode.unknown_topic_or_partition
+        )
+        for p in topic.partitions:
+            tp = TopicPartition(name, int(p.partition_index))
+            order.append(tp)
+            if error is not ErrorCode.none:
+                errors[tp] = error
+                continue
+            offsets[tp] = (
+                int(p.committed_offset),
+                int(getattr(p, "committed_leader_epoch", NO_EPOCH)),
+                p.committed_metadata,
+            )
+    return order, offsets, errors
+
+
+def _commit_refused(
+    cls: type[Any], topic_cls: type[Any], part_cls: type[Any], request: Any, error: ErrorCode
+) -> Any:
+    """Kafka's ``getErrorResponse`` of (Txn)OffsetCommit: every partition answers ``error``."""
+    return registry.build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            registry.build(
+                topic_cls,
+                name=t.name,
+                partitions=tuple(
+                    registry.build(part_cls, partition_index=p.partition_index, error_code=error)
+                    for p in t.partitions
+                ),
+            )
+            for t in request.topics
+        ),
+    )
+
+
 # --- OffsetCommit --------------------------------------------------------------------------
 
 
@@ -70,24 +139,11 @@ async def handle_offset_commit(
     cls = registry.response_class(ApiKey.OFFSET_COMMIT, version)
     topic_cls = registry.nested(cls, "OffsetCommitResponseTopic")
     part_cls = registry.nested(cls, "OffsetCommitResponsePartition")
-    cache = ctx.services.metadata
-    order: list[TopicPartition] = []
-    offsets: dict[TopicPartition, tuple[int, int, str | None]] = {}
-    errors: dict[TopicPartition, ErrorCode] = {}
-    for topic in request.topics:
-        name = str(topic.name)
-        known = cache.topic(name) is not None
-        for p in topic.partitions:
-            tp = TopicPartition(name, int(p.partition_index))
-            order.append(tp)
-            if not known:
-                errors[tp] = ErrorCode.unknown_topic_or_partition
-                continue
-            offsets[tp] = (
-                int(p.committed_offset),
-                int(getattr(p, "committed_leader_epoch", NO_EPOCH)),
-                p.committed_metadata,
-            )
+    if not ctx.authorize(Operation.READ, ResourceType.GROUP, str(request.group_id)):
+        return _commit_refused(
+            cls, topic_cls, part_cls, request, ErrorCode.group_authorization_failed
+        )
+    order, offsets, errors = _commit_partitions(ctx, request)
     if offsets:
         results = await ctx.services.group_coordinator.commit_offsets(
             str(request.group_id),
@@ -133,15 +189,35 @@ async def _fetch_group(
     require_stable: bool = False,
 ) -> tuple[ErrorCode, tuple[Any, ...]]:
     """One group's (error, response topics); with ``require_stable`` (v7+) a partition whose
-    offset waits for a transaction's marker answers UNSTABLE_OFFSET_COMMIT."""
-    error, results = await ctx.services.group_coordinator.fetch_offsets(
-        group_id, partitions, require_stable
-    )
+    offset waits for a transaction's marker answers UNSTABLE_OFFSET_COMMIT. Needs DESCRIBE
+    on the group, and on a topic to see its offsets."""
+    refused: frozenset[str] = frozenset()
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        error: ErrorCode = ErrorCode.group_authorization_failed
+        results: dict[TopicPartition, Any] = {}
+    else:
+        named = {tp.topic for tp in partitions} if partitions is not None else ()
+        refused = denied(ctx, Operation.DESCRIBE, ResourceType.TOPIC, named)
+        error, results = await ctx.services.group_coordinator.fetch_offsets(
+            group_id,
+            partitions
+            if not refused
+            else [tp for tp in partitions or () if tp.topic not in refused],
+            require_stable,
+        )
     if error is not ErrorCode.none:
         if ctx.version >= 2 or partitions is None:
             return error, ()
         # v0-1 have no group-level error: every requested partition carries it.
         results = {tp: (NO_OFFSET, NO_EPOCH, NO_METADATA, error) for tp in partitions}
+    if partitions is None:
+        # every committed offset: only of the topics the principal may describe
+        hidden = denied(ctx, Operation.DESCRIBE, ResourceType.TOPIC, {tp.topic for tp in results})
+        results = {tp: v for tp, v in results.items() if tp.topic not in hidden}
+    elif refused:
+        results = dict(results)
+        no_access = (NO_OFFSET, NO_EPOCH, NO_METADATA, ErrorCode.topic_authorization_failed)
+        results.update({tp: no_access for tp in partitions if tp.topic in refused})
     order = partitions if partitions is not None else list(results)
     missing = (NO_OFFSET, NO_EPOCH, NO_METADATA, ErrorCode.none)
     values = {tp: results.get(tp, missing) for tp in order}
@@ -206,24 +282,16 @@ async def handle_txn_offset_commit(
     cls = registry.response_class(ApiKey.TXN_OFFSET_COMMIT, ctx.version)
     topic_cls = registry.nested(cls, "TxnOffsetCommitResponseTopic")
     part_cls = registry.nested(cls, "TxnOffsetCommitResponsePartition")
-    cache = ctx.services.metadata
-    order: list[TopicPartition] = []
-    offsets: dict[TopicPartition, tuple[int, int, str | None]] = {}
-    errors: dict[TopicPartition, ErrorCode] = {}
-    for topic in request.topics:
-        name = str(topic.name)
-        known = cache.topic(name) is not None
-        for p in topic.partitions:
-            tp = TopicPartition(name, int(p.partition_index))
-            order.append(tp)
-            if not known:
-                errors[tp] = ErrorCode.unknown_topic_or_partition
-                continue
-            offsets[tp] = (
-                int(p.committed_offset),
-                int(getattr(p, "committed_leader_epoch", NO_EPOCH)),
-                p.committed_metadata,
-            )
+    refusal = None
+    if not ctx.authorize(
+        Operation.WRITE, ResourceType.TRANSACTIONAL_ID, str(request.transactional_id)
+    ):
+        refusal = ErrorCode.transactional_id_authorization_failed
+    elif not ctx.authorize(Operation.READ, ResourceType.GROUP, str(request.group_id)):
+        refusal = ErrorCode.group_authorization_failed
+    if refusal is not None:
+        return _commit_refused(cls, topic_cls, part_cls, request, refusal)
+    order, offsets, errors = _commit_partitions(ctx, request)
     if offsets:
         results = await ctx.services.group_coordinator.txn_commit_offsets(
             str(request.group_id),
@@ -262,7 +330,15 @@ async def handle_offset_delete(
     cls = registry.response_class(ApiKey.OFFSET_DELETE, ctx.version)
     topic_cls = registry.nested(cls, "OffsetDeleteResponseTopic")
     part_cls = registry.nested(cls, "OffsetDeleteResponsePartition")
+    if not ctx.authorize(Operation.DELETE, ResourceType.GROUP, str(request.group_id)):
+        return registry.build(
+            cls,
+            error_code=ErrorCode.group_authorization_failed,
+            throttle_time=NO_THROTTLE,
+            topics=(),
+        )
     cache = ctx.services.metadata
+    refused = denied(ctx, Operation.READ, ResourceType.TOPIC, (str(t.name) for t in request.topics))
     order: list[TopicPartition] = []
     wanted: list[TopicPartition] = []
     errors: dict[TopicPartition, ErrorCode] = {}
@@ -272,7 +348,9 @@ async def handle_offset_delete(
         for p in topic.partitions:
             tp = TopicPartition(name, int(p.partition_index))
             order.append(tp)
-            if known:
+            if name in refused:
+                errors[tp] = ErrorCode.topic_authorization_failed
+            elif known:
                 wanted.append(tp)
             else:
                 errors[tp] = ErrorCode.unknown_topic_or_partition

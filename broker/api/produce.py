@@ -11,18 +11,30 @@ REQUEST_TIMED_OUT after the request's timeout. A request carrying a ``transactio
 appends its transactional batches; the first one of a transaction on a partition is
 verified with the transaction coordinator first (KIP-890, see
 ``broker/replication/transactions.py``).
+
+Authorization (Kafka's ``KafkaApis.handleProduceRequest``): a request carrying transactional
+batches needs WRITE on its transactional id, else every partition answers
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended; each topic needs WRITE, else
+its partitions answer TOPIC_AUTHORIZATION_FAILED (before any other check, so an unknown topic
+is not told apart). Without an authorizer this costs one attribute test.
+
+Quotas (``producer_byte_rate``, :mod:`broker.quota`): the request's size is recorded after
+the append; a client over its quota gets ``throttle_time_ms`` and its connection is muted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from broker.api.authorization import denied, error_message
 from broker.api.context import RequestContext
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.produce_codec import PartitionResult, encode_response
 from broker.protocol.response import Response
 from broker.replication.replica_manager import ProduceResult
+from broker.security.acl import Operation, ResourceType
 from broker.types import TopicPartition
 
 # Kafka's ReplicaManager refuses client appends to the coordinators' topics (their records
@@ -38,7 +50,19 @@ async def handle(ctx: RequestContext, request: messages.ProduceRequest) -> Respo
     acks = int(request.acks)
     entries: dict[TopicPartition, bytes | None] = {}
     results: dict[TopicPartition, ProduceResult] = {}
-    for topic in request.topic_data:
+    topic_data: Sequence[Any] = request.topic_data
+    if ctx.services.authorizer is not None:  # all an unsecured broker pays for authorization
+        if not _transactional_id_authorized(ctx, request):
+            return None if acks == 0 else _refuse_all(ctx.version, request)
+        refused = denied(ctx, Operation.WRITE, ResourceType.TOPIC, (t.name for t in topic_data))
+        if refused:
+            for topic in topic_data:
+                if topic.name in refused:
+                    for part in topic.partition_data:
+                        tp = TopicPartition(topic.name, int(part.index))
+                        results[tp] = ProduceResult(ErrorCode.topic_authorization_failed)
+            topic_data = [t for t in topic_data if t.name not in refused]
+    for topic in topic_data:
         for part in topic.partition_data:
             tp = TopicPartition(topic.name, int(part.index))
             if acks not in (0, 1, -1):
@@ -68,13 +92,54 @@ async def handle(ctx: RequestContext, request: messages.ProduceRequest) -> Respo
                 transactional_id=request.transactional_id,
             )
         )
+    # a client under a quota: record the request's bytes and time (broker/quota); a throttle
+    # goes into the response and mutes the connection (with acks=0 too, as in Kafka)
+    throttle_ms = 0 if ctx.quota is None else ctx.quota.record_produce()
     if acks == 0:
         return None
-    return build_response(ctx.version, request, results)
+    return build_response(ctx.version, request, results, throttle_ms)
+
+
+def _transactional_id_authorized(ctx: RequestContext, request: Any) -> bool:
+    """Kafka: a request with transactional batches must name a transactional id the
+    principal may WRITE."""
+    if not any(
+        _transactional(part.records)
+        for topic in request.topic_data
+        for part in topic.partition_data
+    ):
+        return True
+    tid = request.transactional_id
+    return tid is not None and ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid)
+
+
+def _transactional(data: bytes | None) -> bool:
+    """Whether a partition's (first) record batch has the transactional attribute."""
+    pos = records.ATTRIBUTES_OFFSET + 1  # the low byte of the big-endian int16
+    return data is not None and len(data) > pos and bool(data[pos] & records.TRANSACTIONAL_MASK)
+
+
+def _refuse_all(version: int, request: Any) -> Response:
+    """Kafka's ``ProduceRequest.getErrorResponse``: every partition answers
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED with the error's message."""
+    code = ErrorCode.transactional_id_authorization_failed
+    refusal = ProduceResult(code, error_message=error_message(code))
+    return build_response(
+        version,
+        request,
+        {
+            TopicPartition(topic.name, int(part.index)): refusal
+            for topic in request.topic_data
+            for part in topic.partition_data
+        },
+    )
 
 
 def build_response(
-    version: int, request: Any, results: dict[TopicPartition, ProduceResult]
+    version: int,
+    request: Any,
+    results: dict[TopicPartition, ProduceResult],
+    throttle_ms: int = 0,
 ) -> Response:
     """The response, in the request's topic and partition order (encoded by hand:
     :mod:`broker.protocol.produce_codec`)."""
@@ -94,5 +159,5 @@ def build_response(
                 )
             )
         topics.append((str(topic.name), parts))
-    body = encode_response(version, topics)
+    body = encode_response(version, topics, throttle_ms)
     return Response([body], len(body))

@@ -19,6 +19,11 @@ When this broker is not the active controller, or the controller refuses the who
 both answer with the top-level error code and message (NOT_CONTROLLER) and no per-partition
 results, as Kafka does.
 
+Authorization (Kafka's ``KafkaApis``): AlterPartitionReassignments needs ALTER on the cluster,
+ListPartitionReassignments DESCRIBE on it; refused, the response is Kafka's
+``getErrorResponse``: CLUSTER_AUTHORIZATION_FAILED with its message at the top level and for
+each partition the request names.
+
 Concurrency: runs on the event loop; the controller serialises the changes.
 """
 
@@ -27,10 +32,12 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from broker.api.authorization import not_authorized
 from broker.api.context import RequestContext
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.security.acl import Operation
 from broker.types import TopicPartition
 
 Result = tuple[ErrorCode, str | None]
@@ -79,6 +86,32 @@ async def handle_alter_partition_reassignments(
     topic_cls = registry.nested(cls, "ReassignableTopicResponse")
     part_cls = registry.nested(cls, "ReassignablePartitionResponse")
     allow_rf_change = bool(getattr(request, "allow_replication_factor_change", True))
+    if not ctx.authorize_cluster(Operation.ALTER):
+        refused = ErrorCode.cluster_authorization_failed
+        why = not_authorized(ctx, "AlterPartitionReassignments")
+        return registry.build(
+            cls,
+            throttle_time=datetime.timedelta(0),
+            allow_replication_factor_change=allow_rf_change,
+            error_code=refused,
+            error_message=why,
+            responses=tuple(
+                registry.build(
+                    topic_cls,
+                    name=topic.name,
+                    partitions=tuple(
+                        registry.build(
+                            part_cls,
+                            partition_index=part.partition_index,
+                            error_code=refused,
+                            error_message=why,
+                        )
+                        for part in topic.partitions
+                    ),
+                )
+                for topic in request.topics
+            ),
+        )
 
     order: list[TopicPartition] = []
     results: dict[TopicPartition, Result] = {}
@@ -162,6 +195,28 @@ async def handle_list_partition_reassignments(
             topics=topics,
         )
 
+    if not ctx.authorize_cluster(Operation.DESCRIBE):
+        return response(
+            ErrorCode.cluster_authorization_failed,
+            not_authorized(ctx, "ListPartitionReassignments"),
+            tuple(
+                registry.build(
+                    topic_cls,
+                    name=topic.name,
+                    partitions=tuple(
+                        registry.build(
+                            part_cls,
+                            partition_index=p,
+                            replicas=(),
+                            adding_replicas=(),
+                            removing_replicas=(),
+                        )
+                        for p in topic.partition_indexes
+                    ),
+                )
+                for topic in request.topics or ()
+            ),
+        )
     try:
         ongoing = await ctx.services.controller.list_partition_reassignments(partitions)
     except KafkaError as exc:

@@ -8,9 +8,12 @@ listener passes (Kafka's ``SaslServerAuthenticator``; the states are in
 * SaslHandshake naming a mechanism the listener does not enable: UNSUPPORTED_SASL_MECHANISM
   with the enabled list, then the connection closes.
 * SaslAuthenticate that fails (wrong password, unknown user, a tampered or replayed SCRAM
-  message): SASL_AUTHENTICATION_FAILED; out of order: ILLEGAL_SASL_STATE. Either way the
-  response is the connection's last, and it closes
+  message): SASL_AUTHENTICATION_FAILED; out of order during the exchange:
+  ILLEGAL_SASL_STATE. Either way the response is the connection's last, and it closes
   ``connection.failed.authentication.delay.ms`` later.
+* On a listener without SASL, or once authenticated, SaslHandshake and SaslAuthenticate
+  are answered ILLEGAL_SASL_STATE and the connection serves on, as Kafka's KafkaApis does
+  (a SaslHandshake on an authenticated connection starts a re-authentication instead).
 * After a v0 handshake the tokens come as raw size-prefixed frames, not requests
   (:func:`raw_token`).
 * A session past ``connections.max.reauth.ms`` serves nothing but a re-authentication.
@@ -32,8 +35,8 @@ from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.response import CloseConnection, ConnectionInfo, Response
-from broker.security.sasl_mechanisms import IllegalSaslStateError, SaslAuthenticationError
 from broker.security.sasl_session import SaslSession, SaslState
+from kafka_security.sasl_mechanisms import IllegalSaslStateError, SaslAuthenticationError
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +59,7 @@ async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
     cls = registry.response_class(ApiKey.SASL_HANDSHAKE, ctx.version)
     session: SaslSession | None = ctx.connection.sasl
     if session is None:
-        # a listener without SASL: Kafka closes; answering first says why
-        ctx.connection.close_after_ms = 0
+        # a listener without SASL: Kafka's KafkaApis answers ILLEGAL_SASL_STATE, and serves on
         return cls(error_code=ErrorCode.illegal_sasl_state, mechanisms=())
     mechanism = str(request.mechanism)
     try:
@@ -80,9 +82,16 @@ async def handle_sasl_handshake(ctx: RequestContext, request: Any) -> Any:
 async def handle_sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
     cls = registry.response_class(ApiKey.SASL_AUTHENTICATE, ctx.version)
     session: SaslSession | None = ctx.connection.sasl
-    if session is None:
-        ctx.connection.close_after_ms = 0
-        return _auth_response(cls, ErrorCode.illegal_sasl_state, "SASL is not enabled here")
+    if session is None or session.authenticated:
+        # no SASL here, or already authenticated (not re-authenticating): as Kafka's
+        # KafkaApis, ILLEGAL_SASL_STATE, and the connection serves on
+        return _auth_response(
+            cls,
+            ErrorCode.illegal_sasl_state,
+            "SaslAuthenticate request received after successful authentication"
+            if session is not None
+            else "SASL is not enabled on this listener",
+        )
     try:
         reply, lifetime_ms = session.authenticate(bytes(request.auth_bytes))
     except IllegalSaslStateError as exc:

@@ -1,7 +1,7 @@
 """DescribeUserScramCredentials (50) and AlterUserScramCredentials (51), KIP-554: what
 ``kafka-configs.sh --bootstrap-server ... --entity-type users --alter --add-config
 'SCRAM-SHA-512=[password=...]'`` sends. Credentials live in ``/config/users/<user>``
-(Kafka's format, :mod:`broker.security.scram`); the client sends a salt and the salted
+(Kafka's format, :mod:`kafka_security.scram`); the client sends a salt and the salted
 password, never the password.
 
 Checks as Kafka's: DESCRIBE (describe) or ALTER (alter) on the cluster, else
@@ -23,9 +23,10 @@ from broker.api.context import RequestContext
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
+from broker.quota.entities import desanitize, sanitize
 from broker.security.acl import Operation
 from broker.security.credentials import USERS
-from broker.security.scram import (
+from kafka_security.scram import (
     MAX_ITERATIONS,
     MECHANISM_CODES,
     MIN_ITERATIONS,
@@ -49,8 +50,9 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request: A
             error_message="Cluster authorization failed." if zk is not None else "no ZooKeeper",
             results=(),
         )
-    wanted = None if request.users is None else [str(u.name) for u in request.users]
-    names = await zk.list_entities(USERS) if wanted is None else wanted
+    # null or empty: every user (librdkafka and kafka-configs.sh send an empty list)
+    wanted = [str(u.name) for u in request.users] if request.users else None
+    names = [desanitize(e) for e in await zk.list_entities(USERS)] if wanted is None else wanted
     counts = Counter(wanted or ())
     results = []
     for user in dict.fromkeys(names):
@@ -65,7 +67,7 @@ async def handle_describe_user_scram_credentials(ctx: RequestContext, request: A
                 )
             )
             continue
-        creds = user_credentials(await zk.get_entity_config(USERS, user))
+        creds = user_credentials(await zk.get_entity_config(USERS, sanitize(user)))
         if not creds:
             if wanted is not None:
                 results.append(
@@ -194,7 +196,7 @@ async def _alter_user(
             config[mechanism] = cred.to_text()
         return config
 
-    current = await zk.get_entity_config(USERS, user)
+    current = await zk.get_entity_config(USERS, sanitize(user))
     absent = [m for m in deletions if m not in current]
     if absent:
         return (
@@ -202,7 +204,7 @@ async def _alter_user(
             f"Attempt to delete a user credential that does not exist: {user} {absent[0]}",
         )
     try:
-        await zk.update_entity_config(USERS, user, update)
+        await zk.update_entity_config(USERS, sanitize(user), update)
     except Exception as exc:  # noqa: BLE001 - ZooKeeper unavailable
         return ErrorCode.unknown_server_error, f"cannot store the credential: {type(exc).__name__}"
     if ctx.services.credentials is not None:

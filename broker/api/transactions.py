@@ -8,6 +8,16 @@ partition OPERATION_NOT_ATTEMPTED, as Kafka does, and nothing is added. v4+ come
 partition leaders (batched transactions, ``verify_only``: is each partition in the
 transaction? KIP-890 part 1), or adds partitions per transaction.
 
+Authorization (Kafka's ``KafkaApis``): AddPartitionsToTxn v0-3, AddOffsetsToTxn and EndTxn
+need WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, for every
+partition of AddPartitionsToTxn); AddPartitionsToTxn v0-3 WRITE on each topic (a partition of
+a refused topic, or of an internal topic, answers TOPIC_AUTHORIZATION_FAILED, the others
+OPERATION_NOT_ATTEMPTED) and v4+, from brokers, CLUSTER_ACTION on the cluster (the top-level
+CLUSTER_AUTHORIZATION_FAILED); AddOffsetsToTxn READ on the group (GROUP_AUTHORIZATION_FAILED).
+DescribeTransactions answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED for an id the principal
+may not DESCRIBE and lists only the topics it may DESCRIBE; ListTransactions lists only the
+ids it may DESCRIBE.
+
 Concurrency: runs on the event loop; a request that changes a transaction waits for the
 coordinator's acks=all write of ``__transaction_state``.
 """
@@ -17,17 +27,25 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from broker.api.authorization import denied
 from broker.api.context import RequestContext
+from broker.api.produce import INTERNAL_TOPICS
 from broker.api.responses import group_by_topic
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
+from broker.security.acl import Operation, ResourceType
 from broker.types import TopicPartition
 
 if TYPE_CHECKING:
+    from broker.coordinator.transaction.coordinator import TransactionDescription
     from broker.protocol import messages
 
 NO_THROTTLE = datetime.timedelta(0)
+
+
+def _may_write(ctx: RequestContext, transactional_id: str) -> bool:
+    return ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 
 def _topic_results(cls: type[Any], errors: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
@@ -57,6 +75,7 @@ async def _add(
     producer_epoch: int,
     topics: Any,
     verify_only: bool,
+    from_client: bool = False,
 ) -> dict[TopicPartition, ErrorCode]:
     partitions = [TopicPartition(str(t.name), int(p)) for t in topics for p in t.partitions]
     coordinator = ctx.services.txn_coordinator
@@ -65,18 +84,22 @@ async def _add(
             transactional_id, producer_id, producer_epoch, partitions
         )
     cache = ctx.services.metadata
-    unknown = {
-        tp
-        for tp in partitions
-        if (t := cache.topic(tp.topic)) is None or tp.partition not in t.partitions
-    }
-    if unknown:
-        return {
-            tp: ErrorCode.unknown_topic_or_partition
-            if tp in unknown
-            else ErrorCode.operation_not_attempted
-            for tp in partitions
-        }
+    failed: dict[TopicPartition, ErrorCode] = {}
+    if from_client:
+        if not _may_write(ctx, transactional_id):
+            return dict.fromkeys(partitions, ErrorCode.transactional_id_authorization_failed)
+        # as Kafka: a client may not add an internal topic's partitions, authorizer or not
+        refused = denied(ctx, Operation.WRITE, ResourceType.TOPIC, {tp.topic for tp in partitions})
+        for tp in partitions:
+            if tp.topic in refused or tp.topic in INTERNAL_TOPICS:
+                failed[tp] = ErrorCode.topic_authorization_failed
+    for tp in partitions:
+        if tp not in failed and (
+            (t := cache.topic(tp.topic)) is None or tp.partition not in t.partitions
+        ):
+            failed[tp] = ErrorCode.unknown_topic_or_partition
+    if failed:
+        return {tp: failed.get(tp, ErrorCode.operation_not_attempted) for tp in partitions}
     code = await coordinator.add_partitions(
         transactional_id, producer_id, producer_epoch, partitions
     )
@@ -96,11 +119,19 @@ async def handle_add_partitions_to_txn(
             int(getattr(request, "v3_and_below_producer_epoch", -1)),
             getattr(request, "v3_and_below_topics", ()),
             verify_only=False,
+            from_client=True,
         )
         return registry.build(
             cls,
             throttle_time=NO_THROTTLE,
             results_by_topic_v3_and_below=_topic_results(cls, errors),
+        )
+    if not ctx.authorize_cluster(Operation.CLUSTER_ACTION):  # v4+ come from brokers
+        return registry.build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results_by_transaction=(),
         )
     result_cls = registry.nested(cls, "AddPartitionsToTxnResult")
     results = []
@@ -132,12 +163,17 @@ async def handle_add_offsets_to_txn(
     ctx: RequestContext, request: messages.AddOffsetsToTxnRequest
 ) -> messages.AddOffsetsToTxnResponse:
     cls = registry.response_class(ApiKey.ADD_OFFSETS_TO_TXN, ctx.version)
-    code = await ctx.services.txn_coordinator.add_offsets(
-        str(request.transactional_id),
-        int(request.producer_id),
-        int(request.producer_epoch),
-        str(request.group_id),
-    )
+    if not _may_write(ctx, str(request.transactional_id)):
+        code = ErrorCode.transactional_id_authorization_failed
+    elif not ctx.authorize(Operation.READ, ResourceType.GROUP, str(request.group_id)):
+        code = ErrorCode.group_authorization_failed
+    else:
+        code = await ctx.services.txn_coordinator.add_offsets(
+            str(request.transactional_id),
+            int(request.producer_id),
+            int(request.producer_epoch),
+            str(request.group_id),
+        )
     return registry.build(cls, throttle_time=NO_THROTTLE, error_code=code)
 
 
@@ -145,6 +181,12 @@ async def handle_end_txn(
     ctx: RequestContext, request: messages.EndTxnRequest
 ) -> messages.EndTxnResponse:
     cls = registry.response_class(ApiKey.END_TXN, ctx.version)
+    if not _may_write(ctx, str(request.transactional_id)):
+        return registry.build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.transactional_id_authorization_failed,
+        )
     code = await ctx.services.txn_coordinator.end_txn(
         str(request.transactional_id),
         int(request.producer_id),
@@ -161,9 +203,20 @@ async def handle_describe_transactions(
     state_cls = registry.nested(cls, "TransactionState")
     topic_cls = registry.nested(cls, "TopicData")
     states = []
+    refused = denied(
+        ctx,
+        Operation.DESCRIBE,
+        ResourceType.TRANSACTIONAL_ID,
+        (str(t) for t in request.transactional_ids),
+    )
     for transactional_id in request.transactional_ids:
-        code, desc = ctx.services.txn_coordinator.describe(str(transactional_id))
+        desc: TransactionDescription | None = None
+        if str(transactional_id) in refused:
+            code = ErrorCode.transactional_id_authorization_failed
+        else:
+            code, desc = ctx.services.txn_coordinator.describe(str(transactional_id))
         if desc is None:
+            # the other fields at their schema defaults, as Kafka answers an error
             states.append(
                 registry.build(
                     state_cls,
@@ -171,9 +224,9 @@ async def handle_describe_transactions(
                     transactional_id=transactional_id,
                     transaction_state="",
                     transaction_timeout=datetime.timedelta(0),
-                    transaction_start_time=_ms(-1),
-                    producer_id=-1,
-                    producer_epoch=-1,
+                    transaction_start_time=_ms(0),
+                    producer_id=0,
+                    producer_epoch=0,
                     topics=(),
                 )
             )
@@ -191,6 +244,8 @@ async def handle_describe_transactions(
                 topics=tuple(
                     registry.build(topic_cls, topic=topic, partitions=tuple(parts))
                     for topic, parts in group_by_topic(desc.partitions).items()
+                    # only the topics the principal may describe
+                    if ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic)
                 ),
             )
         )
@@ -211,6 +266,10 @@ async def handle_list_transactions(
         [int(p) for p in request.producer_id_filters],
         int(getattr(request, "duration_filter", -1)),
     )
+    hidden = denied(
+        ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, (t for t, _, _ in listed)
+    )
+    listed = [entry for entry in listed if entry[0] not in hidden]
     return registry.build(
         cls,
         throttle_time=NO_THROTTLE,

@@ -8,6 +8,10 @@ retries at the new leader). DescribeProducers lists a partition's active produce
 epoch, last sequence and timestamp, coordinator epoch, and the first offset of their open
 transaction) on the leader or on any replica that hosts the partition.
 
+Authorization (Kafka's ``KafkaApis``): WriteTxnMarkers needs ALTER or CLUSTER_ACTION on the
+cluster (else every partition answers CLUSTER_AUTHORIZATION_FAILED and nothing is written);
+DescribeProducers READ on each topic (TOPIC_AUTHORIZATION_FAILED, before its existence).
+
 Concurrency: runs on the event loop; markers wait for the ISR in the purgatory.
 """
 
@@ -16,12 +20,14 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from broker.api.authorization import denied, error_message
 from broker.api.context import RequestContext
 from broker.api.responses import per_partition
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
-from broker.protocol.errors import ErrorCode
+from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.transactions import MarkerSpec
+from broker.security.acl import Operation, ResourceType
 from broker.types import TopicPartition
 
 if TYPE_CHECKING:
@@ -47,8 +53,13 @@ async def handle_write_txn_markers(
         for t in m.topics
         for p in t.partition_indexes
     ]
-    timeout_ms = int(ctx.services.config["request.timeout.ms"])
-    codes = await ctx.services.replica_manager.transactions.append_markers(specs, timeout_ms)
+    if ctx.authorize_cluster(Operation.ALTER) or ctx.authorize_cluster(Operation.CLUSTER_ACTION):
+        timeout_ms = int(ctx.services.config["request.timeout.ms"])
+        codes = await ctx.services.replica_manager.transactions.append_markers(specs, timeout_ms)
+    else:
+        codes = dict.fromkeys(
+            ((spec.producer_id, spec.tp) for spec in specs), ErrorCode.cluster_authorization_failed
+        )
     results = []
 
     def error_of(pid: int) -> Any:
@@ -82,8 +93,11 @@ async def handle_describe_producers(
     cls = registry.response_class(ApiKey.DESCRIBE_PRODUCERS, ctx.version)
     state_cls = registry.nested(cls, "ProducerState")
     rm = ctx.services.replica_manager
+    refused = denied(ctx, Operation.READ, ResourceType.TOPIC, (str(t.name) for t in request.topics))
 
     def answer(tp: TopicPartition) -> dict[str, Any]:
+        if tp.topic in refused:
+            raise KafkaError(code=ErrorCode.topic_authorization_failed)
         producers = rm.describe_producers(tp)
         return {
             "error_code": ErrorCode.none,
@@ -103,7 +117,7 @@ async def handle_describe_producers(
         }
 
     def on_error(_tp: TopicPartition, code: ErrorCode) -> dict[str, Any]:
-        return {"error_code": code, "error_message": None, "active_producers": ()}
+        return {"error_code": code, "error_message": error_message(code), "active_producers": ()}
 
     topics = per_partition(
         ((str(t.name), t.partition_indexes) for t in request.topics),

@@ -1,7 +1,7 @@
 """ZooKeeper operations of security: ACLs (``/kafka-acl``, ``/kafka-acl-extended``, their
 change notifications) and user entity configs (``/config/users/<user>``: SCRAM credentials
 and quotas, announced through ``/config/changes``), in Kafka's formats (see
-:mod:`broker.security.acl` and :mod:`broker.security.scram`).
+:mod:`broker.security.acl` and :mod:`kafka_security.scram`).
 
 ACL writes are read-modify-write with the znode's version, retried on a conflict, so
 brokers handling CreateAcls and DeleteAcls at the same time never lose each other's

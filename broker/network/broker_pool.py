@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.network.client import BrokerConnection
-from broker.security.client_security import ClientSecurity
+from kafka_security.client_security import ClientSecurity
 
 __all__ = ["BrokerPool"]
 

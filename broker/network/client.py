@@ -35,8 +35,8 @@ from kio.serial import entity_reader
 
 from broker.protocol import registry
 from broker.protocol.framing import size_prefix, skip_tagged_fields
-from broker.security.client_security import ClientSecurity, exchange_requests
-from broker.security.sasl_mechanisms import SaslAuthenticationError, make_client
+from kafka_security.client_security import ClientSecurity, exchange_requests
+from kafka_security.sasl_mechanisms import SaslAuthenticationError, make_client
 
 log = logging.getLogger(__name__)
 
@@ -312,9 +312,11 @@ def request_sync(
     *,
     client_id: str = "millrace-cli",
     timeout_s: float = 30.0,
+    security: ClientSecurity | None = None,
 ) -> Any:
-    """Connect, send one request, return its response and close (for CLI tools; runs its
-    own event loop, so it must not be called from a running loop)."""
+    """Connect (with ``security``'s TLS and SASL, if any), send one request, return its
+    response and close (for CLI tools; runs its own event loop, so it must not be called
+    from a running loop)."""
 
     async def once() -> Any:
         conn = BrokerConnection(
@@ -323,6 +325,7 @@ def request_sync(
             client_id=client_id,
             connect_timeout_s=timeout_s,
             request_timeout_s=timeout_s,
+            security=security,
         )
         try:
             await conn.connect()

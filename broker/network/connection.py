@@ -25,6 +25,13 @@ Flow control: at most ``max_queued`` requests are pending per connection; at tha
 transport stops reading (TCP then pushes back on the client). While the transport's write
 buffer is above its high-water mark (``pause_writing``) no further response is written.
 
+Quota throttling (KIP-219): a handler that throttles its client sets
+``ConnectionInfo.throttle_ms``; once that response is written (or, for a request owed no
+response, once it is done) the transport stops reading for that long (the channel is
+"muted"), as Kafka's processor mutes a throttled channel until its delay ends. Requests
+already received behind the throttled one are not started before the mute ends either
+(Kafka reads one request at a time, so a pipelining client cannot slip more in).
+
 Limits: a frame larger than ``max_request_bytes`` (or with a negative size) is refused as
 soon as its size prefix arrives, before anything is allocated for it; a connection with no
 request pending and no bytes received or sent for ``idle_timeout_s`` is closed. A refused
@@ -196,6 +203,8 @@ class Connection(asyncio.Protocol):
         self._refusing = False  # a bad request was read: nothing more is
         self._last_activity = self._loop.time()
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._throttle_timer: asyncio.TimerHandle | None = None  # muted until it fires
+        self._throttle_until = 0.0
 
     # -- asyncio.Protocol --
 
@@ -223,6 +232,11 @@ class Connection(asyncio.Protocol):
         if self._closed or self._refusing:
             return
         self._last_activity = self._loop.time()
+        self._consume(data)
+
+    def _consume(self, data: bytes) -> None:
+        """Start the requests whose frames are complete (after ``data``, the buffered bytes);
+        keep the rest buffered."""
         buf = self._buf
         if buf:
             buf += data
@@ -233,6 +247,8 @@ class Connection(asyncio.Protocol):
         end = len(view)
         eager = True
         while not self._refusing:
+            if self._throttle_timer is not None or self.info.throttle_ms:
+                break  # throttled: the requests behind wait for the mute to end (KIP-219)
             if self._need == 0:
                 if end - pos < 4:
                     break
@@ -287,6 +303,8 @@ class Connection(asyncio.Protocol):
         self._closed = True
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        if self._throttle_timer is not None:
+            self._throttle_timer.cancel()
         for entry in self._pending:
             if entry.task is not None:
                 entry.task.cancel()
@@ -377,11 +395,14 @@ class Connection(asyncio.Protocol):
             if self.info.close_after_ms is not None:
                 self._close_later(self.info.close_after_ms)
                 return
+            if self.info.throttle_ms:
+                self._mute(self.info.throttle_ms)
         if (
             self._read_paused
             and len(pending) < self._max_queued
             and not self._closed
             and not self._refusing
+            and self._throttle_timer is None
         ):
             self._read_paused = False
             assert self._transport is not None
@@ -448,6 +469,30 @@ class Connection(asyncio.Protocol):
         self._last_activity = self._loop.time()
         self._flush()
 
+    # -- quota throttling --
+
+    def _mute(self, ms: int) -> None:
+        """Read nothing for ``ms`` milliseconds (a throttled client's response went out)."""
+        self.info.throttle_ms = 0
+        until = self._loop.time() + ms / 1000.0
+        if self._throttle_timer is not None:
+            if until <= self._throttle_until:
+                return
+            self._throttle_timer.cancel()
+        self._throttle_until = until
+        self._throttle_timer = self._loop.call_at(until, self._unmute)
+        if self._transport is not None and not self._read_paused:
+            self._read_paused = True
+            self._transport.pause_reading()
+
+    def _unmute(self) -> None:
+        self._throttle_timer = None
+        self._last_activity = self._loop.time()
+        if self._buf and not self._closed and not self._refusing:
+            self._consume(b"")  # the requests that arrived behind the throttled one
+        else:
+            self._flush()  # reads again unless something else holds reading paused
+
     # -- closing --
 
     def _check_idle(self) -> None:
@@ -455,8 +500,8 @@ class Connection(asyncio.Protocol):
             return
         now = self._loop.time()
         quiet_since = self._last_activity
-        if self._pending or self._sending is not None:
-            quiet_since = now  # a request in flight: not idle
+        if self._pending or self._sending is not None or self._throttle_timer is not None:
+            quiet_since = now  # a request in flight, or muted by a quota: not idle
         if now - quiet_since >= self._idle_timeout_s:
             log.info("closing idle connection %s", self.info.peer)
             self._abort()

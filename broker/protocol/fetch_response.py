@@ -87,12 +87,13 @@ def encode_fetch_response(
     *,
     error: ErrorCode = ErrorCode.none,
     session_id: int = INVALID_SESSION_ID,
+    throttle_time_ms: int = 0,
 ) -> Response:
     """The response body (without the response header), partitions grouped by topic in
     first-seen order."""
     flexible = version >= FIRST_FLEXIBLE_VERSION
     chunks: list[Chunk] = []
-    head = bytearray(_I32.pack(0))
+    head = bytearray(_I32.pack(throttle_time_ms))
     if version >= 7:
         head += _I16.pack(int(error)) + _I32.pack(session_id)
     by_topic: dict[str, list[FetchPartitionData]] = {}

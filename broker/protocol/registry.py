@@ -77,6 +77,8 @@ SUPPORTED_APIS: dict[ApiKey, tuple[str, int, int]] = {
     ApiKey.DESCRIBE_ACLS: ("DescribeAcls", 1, 3),
     ApiKey.CREATE_ACLS: ("CreateAcls", 1, 3),
     ApiKey.DELETE_ACLS: ("DeleteAcls", 1, 3),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: ("DescribeClientQuotas", 0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: ("AlterClientQuotas", 0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: ("DescribeUserScramCredentials", 0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ("AlterUserScramCredentials", 0, 0),
 }

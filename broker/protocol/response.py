@@ -7,7 +7,8 @@ may know about that connection (sans-IO: no socket here).
   the 4-byte size prefix.
 * :class:`CloseConnection`: raised by a handler to close that one connection (a malformed
   or unacceptable request); every other client is unaffected.
-* :class:`ConnectionInfo`: the peer, listener and id of the connection a request arrived on.
+* :class:`ConnectionInfo`: the peer, listener and id of the connection a request arrived on,
+  and what a handler asks of it (close after the response, mute while throttled).
 
 Concurrency: plain values; used on the broker's event loop.
 """
@@ -69,3 +70,11 @@ class ConnectionInfo:
     """Set by a handler whose response must be the last: the connection writes it, reads
     nothing more and closes this many milliseconds later (Kafka's
     ``connection.failed.authentication.delay.ms``)."""
+    throttle_ms: int = 0
+    """Set (through :meth:`throttle`) when a client exceeded its quota: once the response is
+    written the connection reads nothing for this many milliseconds (KIP-219 muting), then
+    goes back to 0."""
+
+    def throttle(self, ms: int) -> None:
+        """Mute the connection for ``ms`` after the response being prepared is written."""
+        self.throttle_ms = max(self.throttle_ms, ms)

@@ -85,7 +85,9 @@ class FakeMetadata:
 def ctx(
     api_key: int, version: int, controller: FakeController, metadata: FakeMetadata | None = None
 ) -> RequestContext:
-    services = SimpleNamespace(controller=controller, metadata=metadata or FakeMetadata({}))
+    services = SimpleNamespace(
+        controller=controller, metadata=metadata or FakeMetadata({}), authorizer=None
+    )
     return RequestContext(
         RequestHeader(api_key, version, 7, "test"),
         ConnectionInfo("127.0.0.1:1", "PLAINTEXT", 1),

@@ -207,6 +207,7 @@ def send(
         txn_coordinator=FakeTxnCoordinator(),
         metadata=FakeMetadata(set(topics)),
         authorizer=None,
+        quotas=None,
     )
     dispatcher = Dispatcher(cast(Any, services))
     conn = ConnectionInfo("127.0.0.1:50123", "PLAINTEXT", 1)

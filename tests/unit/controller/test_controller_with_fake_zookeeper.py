@@ -86,7 +86,11 @@ def local_handler(metadata: MetadataCache) -> Callable[[int, int, Any], Awaitabl
         replica_manager=SimpleNamespace(check_controller_epoch=lambda _e: True),
         own_broker_epoch=None,  # the fake ZooKeeper's brokers are not registered processes
     )
-    ctx = SimpleNamespace(services=services, connection=SimpleNamespace(listener="PLAINTEXT"))
+    ctx = SimpleNamespace(
+        services=services,
+        connection=SimpleNamespace(listener="PLAINTEXT"),
+        authorize_cluster=lambda _operation: True,  # the broker's own request
+    )
 
     async def handle(api_key: int, _version: int, request: Any) -> Any:
         if api_key == UPDATE_METADATA[0]:
