@@ -85,11 +85,22 @@ def add_consumer_options(parser: argparse.ArgumentParser) -> None:
 # --- configuration -------------------------------------------------------------------------
 
 
+def settings_file(path: str, option: str) -> dict[str, str]:
+    """A ``--producer.config`` / ``--consumer.config`` file's settings under librdkafka's
+    names (Kafka's Java names are translated, as for ``--command-config``)."""
+    from kafka_security.librdkafka_settings import SettingsError, librdkafka_settings
+
+    try:
+        return librdkafka_settings(read_properties_file(path, option), f"{option} {path}")
+    except SettingsError as exc:
+        raise CliError(str(exc)) from None
+
+
 def producer_config(args: argparse.Namespace) -> dict[str, Any]:
     """The librdkafka configuration of a tool's producer."""
     extra: dict[str, str] = {"message.timeout.ms": DEFAULT_DELIVERY_TIMEOUT_MS}
     if getattr(args, "producer_config", None):
-        extra.update(read_properties_file(args.producer_config, "--producer.config"))
+        extra.update(settings_file(args.producer_config, "--producer.config"))
     if getattr(args, "compression_codec", None):
         extra["compression.type"] = args.compression_codec
     if getattr(args, "request_required_acks", None):
@@ -121,7 +132,7 @@ def consumer_config(args: argparse.Namespace, group: str | None, earliest: bool)
         "enable.partition.eof": False,
     }
     if getattr(args, "consumer_config", None):
-        extra.update(read_properties_file(args.consumer_config, "--consumer.config"))
+        extra.update(settings_file(args.consumer_config, "--consumer.config"))
     extra.update(parse_key_values(args.consumer_property, "--consumer-property"))
     return client_config(args, extra)
 

@@ -36,8 +36,8 @@ from typing import Any
 
 from broker.cli.cluster_process import ClusterError
 from broker.security.certificates import issue, make_ca
-from broker.security.jaas import SCRAM_MODULE, jaas_for
-from broker.security.scram import make_credential
+from kafka_security.jaas import SCRAM_MODULE, jaas_for
+from kafka_security.scram import make_credential
 
 SECURITY_CHOICES = ("ssl", "sasl_plaintext", "sasl_ssl")
 ADMIN = "admin"

@@ -11,10 +11,11 @@ Connection options (Kafka's tool names), defined once in :func:`add_connection_o
 ``--bootstrap-server HOST:PORT[,HOST:PORT]``, else ``bootstrap_servers`` of
 ``--dir D``'s ``cluster.json`` (written by ``millrace cluster up``), else
 ``$MILLRACE_BOOTSTRAP``, else ``127.0.0.1:9092`` (:func:`resolve_bootstrap`);
-``--command-config FILE`` (librdkafka settings in a ``.properties`` file) for the commands
-that use confluent-kafka; ``--timeout SECONDS`` (default 30) for the admin commands.
-:func:`client_config` turns them into a librdkafka configuration and :func:`admin_client`
-into confluent-kafka's ``AdminClient``.
+``--command-config FILE`` (client settings in a ``.properties`` file, Kafka's Java names or
+librdkafka's; without it, ``--dir``'s ``cluster.json`` ``client_config``:
+:mod:`broker.cli.client_settings`); ``--timeout SECONDS`` (default 30) for the admin
+commands. :func:`client_config` turns them into a librdkafka configuration and
+:func:`admin_client` into confluent-kafka's ``AdminClient``.
 
 Nothing here imports confluent-kafka at module level (``millrace --help`` stays fast).
 Everything is synchronous and runs in the command's one thread.
@@ -129,7 +130,9 @@ def add_connection_options(
         parser.add_argument(
             "--command-config",
             metavar="FILE",
-            help="properties file of client settings (librdkafka names)",
+            help="properties file of client settings (security.protocol, sasl.jaas.config, "
+            "ssl.truststore.location ...: Kafka's Java names or librdkafka's; default: --dir's "
+            "cluster.json client_config)",
         )
     if timeout:
         parser.add_argument(
@@ -162,6 +165,22 @@ def resolve_bootstrap(bootstrap: str | None, cluster_dir: str | None) -> str:
     return os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
 
 
+def parse_bootstrap(text: str) -> list[tuple[str, int]]:
+    """``"h1:9092,h2:9093"`` (IPv6 as ``[::1]:9092``) -> ``[("h1", 9092), ("h2", 9093)]``."""
+    out: list[tuple[str, int]] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise CliError(f"--bootstrap-server {text!r}: expected HOST:PORT[,HOST:PORT]")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise CliError(f"--bootstrap-server {text!r}: expected HOST:PORT[,HOST:PORT]")
+    return out
+
+
 def bootstrap_servers(args: argparse.Namespace) -> str:
     """:func:`resolve_bootstrap` of the parsed connection options."""
     return resolve_bootstrap(getattr(args, "bootstrap_server", None), getattr(args, "dir", None))
@@ -169,16 +188,18 @@ def bootstrap_servers(args: argparse.Namespace) -> str:
 
 def client_config(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The base librdkafka configuration for a CLI client: bootstrap servers, quiet logging
-    unless ``--log-level`` is DEBUG or INFO, then ``--command-config`` and ``extra``."""
+    unless ``--log-level`` is DEBUG or INFO, then the client settings
+    (:mod:`broker.cli.client_settings`: ``--command-config``, else ``--dir``'s
+    ``client_config``) and ``extra``."""
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers(args)}
     level = str(getattr(args, "log_level", "WARNING")).upper()
     if level in ("DEBUG", "INFO"):
         conf["logger"] = logging.getLogger("millrace.librdkafka")
     else:
         conf["log_level"] = 0  # errors are reported by the command itself
-    command_config = getattr(args, "command_config", None)
-    if command_config:
-        conf.update(read_properties_file(command_config, "--command-config"))
+    from broker.cli.client_settings import librdkafka_config
+
+    conf.update(librdkafka_config(args))
     if extra:
         conf.update(extra)
     return conf
@@ -238,18 +259,75 @@ def read_text_file(path: str, option: str) -> str:
 
 
 def read_properties_file(path: str, option: str) -> dict[str, str]:
-    """Read a Java-style ``.properties`` file (``k=v`` or ``k: v``, ``#``/``!`` comments)."""
+    r"""Read a Java ``.properties`` file: ``k=v``, ``k: v`` or ``k v``; ``#``/``!`` comments;
+    a line ending in a backslash continues on the next; ``\\``, ``\=``, ``\:``, ``\t``,
+    ``\n`` and ``\uXXXX`` escapes. A line without a key raises CliError."""
     text = read_text_file(path, option)
     out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
+    for raw, line in _logical_lines(text):
+        key, value = _split_property(line)
+        if not key:
+            raise CliError(f"{option} {path}: cannot parse line {raw!r}")
+        out[key] = value
+    return out
+
+
+def _logical_lines(text: str) -> Iterable[tuple[str, str]]:
+    """(the first physical line, the logical line) of each non-blank, non-comment line."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        first = lines[i]
+        line = first.lstrip()
+        i += 1
         if not line or line[0] in "#!":
             continue
-        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if not match:
-            raise CliError(f"{option} {path}: cannot parse line {raw!r}")
-        out[match.group(1)] = match.group(2)
-    return out
+        while _continues(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip()
+            i += 1
+        if _continues(line):
+            line = line[:-1]
+        yield first, line
+
+
+def _continues(line: str) -> bool:
+    """Whether ``line`` ends in an odd number of backslashes (a continuation)."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape_property(text: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch != "\\" or i + 1 >= len(text):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[i + 2 : i + 6]):
+            out.append(chr(int(text[i + 2 : i + 6], 16)))
+            i += 6
+            continue
+        out.append(_ESCAPES.get(nxt, nxt))
+        i += 2
+    return "".join(out)
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    """(key, value) of a logical line, Java's way: the key ends at the first unescaped
+    ``=``, ``:`` or blank; one ``=``/``:`` and the blanks around it separate."""
+    i = 0
+    while i < len(line) and line[i] not in "=: \t\f":
+        i += 2 if line[i] == "\\" else 1
+    key = line[:i]
+    rest = line[i:].lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    return _unescape_property(key).strip(), _unescape_property(rest.rstrip())
 
 
 # --- output helpers ------------------------------------------------------------------------

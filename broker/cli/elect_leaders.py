@@ -4,7 +4,8 @@ active controller (see ``broker.cli.reassign.ClusterClient``).
 
 Usage::
 
-    millrace elect-leaders [--bootstrap-server B | --dir D] --election-type preferred|unclean
+    millrace elect-leaders [--bootstrap-server B | --dir D] [--command-config F]
+        --election-type preferred|unclean
         (--all-topic-partitions | --topic T [--partition P] | --path-to-json-file F)
 
 ``F`` is Kafka's format: ``{"partitions": [{"topic": "t", "partition": 0}, ...]}``.
@@ -29,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.cli.client_settings import wire_security
 from broker.cli.common import (
     CliError,
     add_connection_options,
@@ -183,7 +185,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def build_parser_into(p: argparse.ArgumentParser) -> None:
     """Add ``millrace elect-leaders``' options to ``p``."""
-    add_connection_options(p, command_config=False, timeout=True)
+    add_connection_options(p, timeout=True)
     p.add_argument(
         "--election-type",
         type=election_type,
@@ -227,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         check_selection(args)
     except CliError as exc:
         parser.error(str(exc))
-    client = ClusterClient(bootstrap_servers(args), args.timeout)
+    client = ClusterClient(bootstrap_servers(args), args.timeout, security=wire_security(args))
     partitions = _partitions(args, client)
     response = client.to_controller(
         ELECT_KEY, ELECT_VERSION, elect_request(args.election_type, partitions)

@@ -25,6 +25,8 @@ SUBCOMMAND_MODULES = (
     "broker.cli.perf",
     "broker.cli.dump_log",
     "broker.cli.table",
+    "broker.cli.acls",
+    "broker.cli.users",
 )
 
 

@@ -24,7 +24,8 @@ during controller failover) is retried a few times with fresh metadata.
 
 Bootstrap servers: ``--bootstrap-server``, else ``--dir``'s ``cluster.json``, else
 ``$MILLRACE_BOOTSTRAP``, else ``127.0.0.1:9092`` (the connection options of
-``broker.cli.common``, without ``--command-config``: no librdkafka client is involved).
+``broker.cli.common``). TLS and SASL: ``--command-config``, else ``--dir``'s
+``client_config`` (:func:`broker.cli.client_settings.wire_security`), on every connection.
 
 Errors: one line on stderr naming the option or partition, exit code 1 (``common.guard``);
 bad usage exits 2 (argparse). The formatting functions are pure (decoded kio responses in,
@@ -38,18 +39,23 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from broker.cli.client_settings import wire_security
 from broker.cli.common import (
     CliError,
     add_connection_options,
     bootstrap_servers,
     guard,
     ids_text,
+    parse_bootstrap,
     read_text_file,
 )
 from broker.protocol.api_keys import ApiKey
 from broker.types import TopicPartition
+
+if TYPE_CHECKING:
+    from kafka_security.client_security import ClientSecurity
 
 _PROG = "millrace reassign"
 METADATA_KEY, METADATA_VERSION = ApiKey.METADATA, 12
@@ -63,22 +69,6 @@ Requester = Callable[..., Any]
 
 
 # --- talking to the cluster ----------------------------------------------------------------
-
-
-def parse_bootstrap(text: str) -> list[tuple[str, int]]:
-    """``"h1:9092,h2:9093"`` (IPv6 as ``[::1]:9092``) -> ``[("h1", 9092), ("h2", 9093)]``."""
-    out: list[tuple[str, int]] = []
-    for raw in text.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise CliError(f"--bootstrap-server {text!r}: expected HOST:PORT[,HOST:PORT]")
-        out.append((host.strip("[]"), int(port)))
-    if not out:
-        raise CliError(f"--bootstrap-server {text!r}: expected HOST:PORT[,HOST:PORT]")
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +138,11 @@ class ClusterClient:
         sleep: Callable[[float], None] = time.sleep,
         attempts: int = 5,
         backoff_s: float = 1.0,
+        security: ClientSecurity | None = None,
     ) -> None:
+        """``security``: TLS and SASL of every connection (None: PLAINTEXT)."""
         self.servers = parse_bootstrap(bootstrap)
+        self.security = security
         self.bootstrap = bootstrap
         self.timeout_s = timeout_s
         self._requester = requester
@@ -166,7 +159,15 @@ class ClusterClient:
         if requester is None:
             from broker.network.client import request_sync
 
-            requester = request_sync
+            return request_sync(
+                host,
+                port,
+                api_key,
+                version,
+                body,
+                timeout_s=self.timeout_s,
+                security=self.security,
+            )
         return requester(host, port, api_key, version, body, timeout_s=self.timeout_s)
 
     def metadata(self) -> ClusterView:
@@ -471,7 +472,7 @@ def action_of(args: argparse.Namespace) -> str:
 
 def build_parser_into(p: argparse.ArgumentParser) -> None:
     """Add ``millrace reassign``'s options to ``p``."""
-    add_connection_options(p, command_config=False, timeout=True)
+    add_connection_options(p, timeout=True)
     actions = p.add_mutually_exclusive_group(required=True)
     actions.add_argument(
         "--generate", action="store_true", help="propose an assignment of topics over brokers"
@@ -545,7 +546,7 @@ def run(args: argparse.Namespace) -> int:
         action = action_of(args)
     except CliError as exc:
         parser.error(str(exc))
-    client = ClusterClient(bootstrap_servers(args), args.timeout)
+    client = ClusterClient(bootstrap_servers(args), args.timeout, security=wire_security(args))
     runner = {
         "generate": _generate,
         "execute": _execute,

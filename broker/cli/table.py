@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from broker.cli.client_settings import wire_security
 from broker.cli.common import (
     CliError,
     Column,
@@ -186,12 +187,11 @@ def boundary(args: argparse.Namespace) -> tuple[dict[int, int], Boundary | None]
         return {}, None
     if asked is not None and asked < 0:
         raise CliError(f"--batch must be >= 0, got {asked}")
-    if getattr(args, "command_config", None):
-        if asked is not None:
-            raise CliError("--batch cannot be used with --command-config yet (plaintext only)")
-        return {}, None
+    security = wire_security(args)
     try:
-        with ProgressLog(bootstrap_servers(args), timeout_s=args.timeout) as progress:
+        with ProgressLog(
+            bootstrap_servers(args), timeout_s=args.timeout, security=security
+        ) as progress:
             stable = progress.stable_ends(args.topic)
             found = (
                 progress.latest(args.topic)

@@ -1,7 +1,7 @@
 """``millrace transactions``: Kafka's ``kafka-transactions.sh``, with its sub-commands, options
 and output, over the Kafka protocol (so it works against Apache Kafka too)::
 
-    millrace transactions [--bootstrap-server B | --dir D] list [--duration-filter MS]
+    millrace transactions [--bootstrap-server B | --dir D] [--command-config F] list [--duration-filter MS]
     millrace transactions ... describe --transactional-id ID
     millrace transactions ... describe-producers --topic T --partition P [--broker-id B]
     millrace transactions ... abort --topic T --partition P
@@ -29,12 +29,16 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from broker.cli.client_settings import wire_security
 from broker.cli.common import CliError, add_connection_options, bootstrap_servers, guard
 from broker.cli.reassign import ClusterClient
 from broker.protocol.api_keys import ApiKey
 from broker.types import TopicPartition
+
+if TYPE_CHECKING:
+    from kafka_security.client_security import ClientSecurity
 
 _PROG = "millrace transactions"
 METADATA = (ApiKey.METADATA, 9)
@@ -111,8 +115,10 @@ class Cluster:
 class TransactionsClient:
     """The requests of the sub-commands (one connection per request)."""
 
-    def __init__(self, bootstrap: str, timeout_s: float) -> None:
-        self.client = ClusterClient(bootstrap, timeout_s)
+    def __init__(
+        self, bootstrap: str, timeout_s: float, security: ClientSecurity | None = None
+    ) -> None:
+        self.client = ClusterClient(bootstrap, timeout_s, security=security)
 
     def send(self, broker: tuple[str, int], api: tuple[int, int], body: Any) -> Any:
         try:
@@ -449,7 +455,7 @@ COMMANDS = {
 
 
 def run(args: argparse.Namespace) -> int:
-    txn = TransactionsClient(bootstrap_servers(args), args.timeout)
+    txn = TransactionsClient(bootstrap_servers(args), args.timeout, wire_security(args))
     for line in COMMANDS[args.action](args, txn):
         sys.stdout.write(line + "\n")
     return 0
@@ -462,7 +468,7 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_connection_options(parser, command_config=False, timeout=True)
+    add_connection_options(parser, timeout=True)
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     p = actions.add_parser("list", help="list transactions")
     p.add_argument(
