@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spark_connector.kafka.producer import BatchProducer, ProduceError
+from spark_connector.kafka.security import wire_security
 from spark_connector.record_encoder import (
     build_batch,
     column_spec,
@@ -223,6 +224,7 @@ def write_rows(
                     retry_backoff_ms=settings.retry_backoff_ms,
                     buffer_bytes=settings.buffer_bytes,
                     client_id=settings.client_id,
+                    security=wire_security(plan.producer_options),
                 )
                 encoder = _Encoder(plan, settings, producer)
             for topic, rows, base in _by_topic(plan, batch, row_base):

@@ -9,9 +9,9 @@ writes are read as before. Reads at a boundary are read_committed: the cut count
 records only, and an aborted zombie write below it must not be returned.
 
 The boundaries come from :class:`~spark_connector.exactly_once.boundaries.ProgressLog`, the
-connector's plaintext wire client: with TLS or SASL settings (``kafka.security.protocol``,
-``kafka.ssl.*``, ``kafka.sasl.*``) it cannot connect yet, so such a read ends at the end offsets
-as before, with a warning.
+connector's wire client, with the read's TLS and SASL settings
+(:mod:`spark_connector.kafka.security`); with a SASL mechanism that client does not speak
+(GSSAPI, OAUTHBEARER) a read ends at the end offsets as before, with a warning.
 
 Concurrency: driver-side functions of one planning call; nothing here is pickled.
 """
@@ -27,8 +27,9 @@ from spark_connector.exactly_once.boundaries import (
     ProgressLog,
     boundaries_of,
 )
+from spark_connector.kafka.security import wire_security, wire_unsupported
 from spark_connector.offsets import PartitionOffsets, TopicPartition
-from spark_connector.options import OffsetKind, ReadOptions, _needs_librdkafka
+from spark_connector.options import OffsetKind, ReadOptions
 
 __all__ = [
     "batch_ends",
@@ -59,24 +60,26 @@ def boundary_options(options: ReadOptions) -> ReadOptions:
 
 
 def uses_boundaries(options: ReadOptions) -> bool:
-    """Whether the read looks for boundaries (not with security settings the wire client
-    lacks: see the module docstring)."""
+    """Whether the read looks for boundaries (not with a SASL mechanism the wire client does
+    not speak: see the module docstring)."""
     global _warned_security
     wanted = options.ending_batch is not None or options.whole_batches
     if not wanted:
         return False
-    if _needs_librdkafka(options.kafka_params):
+    unsupported = wire_unsupported(options.kafka_params)
+    if unsupported is not None:
         if not _warned_security and options.ending_batch == "latest":
             _warned_security = True
             log.warning(
-                "millrace reader: micro-batch boundaries are read with the connector's "
-                "plaintext client, which does not speak TLS/SASL yet: topics the exactly-once "
-                "sink writes are read up to their end offsets"
+                "millrace reader: micro-batch boundaries are read with the connector's own "
+                "client, which cannot connect (%s): topics the exactly-once sink writes are "
+                "read up to their end offsets",
+                unsupported,
             )
         if options.ending_batch not in (None, "latest") or options.whole_batches:
             raise ValueError(
-                "options 'endingBatch' and 'wholeBatches' need a plaintext connection for now "
-                "(kafka.security.protocol / kafka.ssl.* / kafka.sasl.* are set)"
+                f"options 'endingBatch' and 'wholeBatches' read with the connector's own "
+                f"client, which cannot connect: {unsupported}"
             )
         return False
     return True
@@ -87,6 +90,7 @@ def _progress(options: ReadOptions) -> ProgressLog:
         options.bootstrap_servers,
         timeout_s=options.metadata_timeout_ms / 1000,
         client_id=options.kafka_params.get("client.id", "millrace-spark-reader"),
+        security=wire_security(options.kafka_params),
     )
 
 

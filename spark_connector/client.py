@@ -3,7 +3,13 @@ earliest / latest offsets, and offsets for timestamps.
 
 Speaks only the standard Kafka protocol through confluent-kafka (librdkafka): Metadata and
 ListOffsets (``offsets_for_times`` with -2 / -1 / a timestamp, one request per leader for all
-partitions). No group is joined and nothing is committed.
+partitions). No group is joined and nothing is committed. The security options reach
+librdkafka under its names (:meth:`~spark_connector.options.ReadOptions.client_config`); a
+secured cluster's login is first checked with the connector's own client
+(:func:`~spark_connector.kafka.security.check_login`), so a wrong password fails at once
+instead of after librdkafka's timeout. A subscribed topic the user may not describe raises
+:class:`~spark_connector.kafka.errors.AuthorizationError` (Kafka leaves such topics out of a
+listing of all topics, which would read as an empty topic).
 
 Concurrency and pickling: a :class:`KafkaMetadataClient` wraps one librdkafka handle; use it
 from one thread, close it when done (it is a context manager), never pickle it. Readers create
@@ -31,8 +37,11 @@ class KafkaMetadataClient:
     def __init__(self, options: ReadOptions) -> None:
         from confluent_kafka import Consumer
 
+        from spark_connector.kafka.security import check_login
+
         self._options = options
         self._timeout_s = options.metadata_timeout_ms / 1000
+        check_login(options.bootstrap_servers, options.kafka_params, min(self._timeout_s, 30.0))
         self._consumer = Consumer(options.client_config())
 
     def _unreachable(self, exc: Exception, started: float) -> RuntimeError:
@@ -92,11 +101,33 @@ class KafkaMetadataClient:
         if opts.subscribe is not None:
             wanted = set(opts.subscribe)
             names = [t for t in topics if t in wanted]
+            for missing in sorted(wanted - set(names)):
+                self._check_described(missing)
         else:
             assert opts.subscribe_pattern is not None
             pattern = re.compile(opts.subscribe_pattern)
             names = [t for t in topics if not t.startswith("__") and pattern.fullmatch(t)]
         return sorted(TopicPartition(t, p) for t in names for p in topics[t])
+
+    def _check_described(self, topic: str) -> None:
+        """Raise :class:`AuthorizationError` when ``topic`` is missing from the listing
+        because the user may not describe it (asked for alone, it answers
+        TOPIC_AUTHORIZATION_FAILED); a topic that does not exist is left alone."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        from spark_connector.kafka.errors import AuthorizationError
+
+        try:
+            md = self._consumer.list_topics(topic, timeout=self._timeout_s)
+        except KafkaException:
+            return
+        found = md.topics.get(topic)
+        error = found.error if found is not None else None
+        if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise AuthorizationError(
+                f"option 'subscribe': topic '{topic}': TOPIC_AUTHORIZATION_FAILED (the user "
+                "needs the READ and DESCRIBE ACLs of the topic)"
+            )
 
     # --- offsets -------------------------------------------------------------------------
 

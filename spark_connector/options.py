@@ -37,12 +37,21 @@ format name:
   compacted topic, its latest record (see :func:`spark_connector.reader.latest_per_key`);
   with the default positions each task reads its partition as it is when the task runs, so
   a stream-static join sees the table's current values in every micro-batch.
-* ``fetcher``: how a reading task fetches records. ``auto`` (default): ``direct`` unless a
-  ``kafka.security.protocol`` other than ``PLAINTEXT`` or a ``kafka.sasl.*`` / ``kafka.ssl.*``
-  option is set, then ``librdkafka``. ``direct``: the task fetches whole record batches from
-  the partition's leader and decodes them straight into Arrow columns
-  (:mod:`spark_connector.kafka.fetcher`; plaintext connections, message format v2). ``librdkafka``:
-  a confluent-kafka consumer per task (every security setting librdkafka has).
+* ``fetcher``: how a reading task fetches records. ``auto`` (default): ``direct`` unless the
+  SASL mechanism is one the connector's own client does not speak (GSSAPI, OAUTHBEARER), then
+  ``librdkafka``. ``direct``: the task fetches whole record batches from the partition's
+  leader and decodes them straight into Arrow columns (:mod:`spark_connector.kafka.fetcher`;
+  message format v2; PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL with PLAIN or SCRAM).
+  ``librdkafka``: a confluent-kafka consumer per task (every security setting librdkafka has).
+* security, as Spark's Kafka source takes it: ``kafka.security.protocol``,
+  ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``, ``kafka.ssl.truststore.*``,
+  ``kafka.ssl.keystore.*``, ``kafka.ssl.key.password``,
+  ``kafka.ssl.endpoint.identification.algorithm``, ``kafka.ssl.enabled.protocols`` (or
+  librdkafka's names): checked here, on the driver (the stores opened, the JAAS line parsed;
+  a bad one raises naming it), carried to the tasks as the plain strings of
+  :attr:`ReadOptions.kafka_params` and turned into TLS and SASL settings there, once per
+  process (:mod:`spark_connector.kafka.security`). The driver's librdkafka look-ups get them
+  under librdkafka's names (:meth:`ReadOptions.client_config`).
 
 Spark hands options over in a case-insensitive dict; names are matched case-insensitively.
 Every error is a ``ValueError`` whose message starts with the offending option's name. An
@@ -58,6 +67,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from spark_connector.kafka.security import (
+    librdkafka_settings,
+    validate_security,
+    wire_unsupported,
+)
 from spark_connector.offsets import (
     EARLIEST,
     LATEST,
@@ -152,10 +166,11 @@ class ReadOptions:
         """Whether tasks fetch record batches themselves (option ``fetcher``)."""
         if self.fetcher != "auto":
             return self.fetcher == "direct"
-        return not _needs_librdkafka(self.kafka_params)
+        return wire_unsupported(self.kafka_params) is None
 
     def client_config(self, **extra: object) -> dict[str, object]:
-        """A confluent-kafka config: the ``kafka.*`` pass-through plus ``extra``.
+        """A confluent-kafka config: the ``kafka.*`` pass-through (security settings under
+        librdkafka's names) plus ``extra``.
 
         ``group.id`` is required by librdkafka's Consumer even though no group is joined
         (partitions are always ``assign()``-ed and offsets never committed)."""
@@ -165,19 +180,16 @@ class ReadOptions:
             "isolation.level": "read_uncommitted",
         }
         conf.update(
-            {k: v for k, v in self.kafka_params.items() if k not in _CONNECTOR_KAFKA_PARAMS}
+            {
+                k: v
+                for k, v in librdkafka_settings(self.kafka_params).items()
+                if k not in _CONNECTOR_KAFKA_PARAMS
+            }
         )
         conf["bootstrap.servers"] = self.bootstrap_servers
         conf["enable.auto.commit"] = False
         conf.update(extra)
         return conf
-
-
-def _needs_librdkafka(params: Mapping[str, str]) -> bool:
-    """Security settings only librdkafka implements (TLS, SASL)."""
-    if params.get("security.protocol", "plaintext").strip().lower() != "plaintext":
-        return True
-    return any(k.startswith(("sasl.", "ssl.")) for k in params)
 
 
 def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
@@ -482,11 +494,11 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
             "batches and decode them into Arrow) or 'librdkafka' (a consumer per task), got "
             f"{opts['fetcher']!r}"
         )
-    if fetcher == "direct" and _needs_librdkafka(params):
+    validate_security(params)
+    unsupported = wire_unsupported(params)
+    if fetcher == "direct" and unsupported is not None:
         raise ValueError(
-            "option 'fetcher': 'direct' connects in plaintext only; with the "
-            "kafka.security.protocol / kafka.sasl.* / kafka.ssl.* options set, use 'auto' or "
-            "'librdkafka'"
+            f"option 'fetcher': 'direct' cannot connect: {unsupported}; use 'auto' or 'librdkafka'"
         )
 
     ending_batch, whole_batches = _batch_boundaries(opts, params, streaming=streaming)

@@ -15,7 +15,10 @@ asks the partition's leader for whole record batches (Fetch, pipelined one reque
 and :mod:`~spark_connector.record_batches` decodes them straight into Arrow column buffers
 (a C extension built by ``make setup``, with a pure-Python reference of the same output);
 read_committed is applied per batch from the response's aborted transactions, as Kafka's
-Java consumer does. The other, *librdkafka* (for TLS/SASL settings, or on request): a
+Java consumer does; over TLS and SASL too (``kafka.security.protocol``, ``kafka.ssl.*``,
+``kafka.sasl.*``: the task builds its TLS and SASL settings from the options' strings, once
+per process, :mod:`spark_connector.kafka.security`). The other, *librdkafka* (for a SASL
+mechanism the direct fetcher does not speak, GSSAPI or OAUTHBEARER, or on request): a
 confluent-kafka ``Consumer`` created inside ``read()`` (never pickled, used by that task's
 thread only, closed before returning), ``assign()``-ed to the exact start offset. Either
 way nothing joins a group or commits, the read stops at the range's ``until`` offset, and
@@ -70,6 +73,7 @@ from spark_connector.boundary_reads import (
 )
 from spark_connector.client import KafkaMetadataClient
 from spark_connector.exactly_once.boundaries import Boundary
+from spark_connector.kafka.security import wire_security
 from spark_connector.offsets import PartitionOffsets, from_json_dict, to_json_dict
 from spark_connector.options import OffsetKind, ReadOptions
 from spark_connector.planner import OffsetRange, plan_ranges, rate_limit
@@ -304,6 +308,7 @@ def _read_direct(
         timeout_s=min(timeout_s, 30.0),
         max_wait_ms=int(max_wait),
         partition_max_bytes=int(kafka.get("max.partition.fetch.bytes", DIRECT_FETCH_BYTES)),
+        security=wire_security(kafka),
     ) as fetcher:
         low, high = fetcher.watermarks(time.monotonic() + timeout_s)
         if options.at_boundary and high < r.until_offset:
@@ -432,6 +437,10 @@ def _read_with_consumer(
             # consume() waits until it has ``num_messages`` or the timeout passed: never ask
             # for more than the range still holds, so the last call returns at once.
             msgs = consumer.consume(min(CONSUME_CHUNK, until - position), timeout=0.5)
+            # librdkafka looks up the coordinator of group.id, which is never joined: a user
+            # without the group's ACL gets GROUP_AUTHORIZATION_FAILED events (not about the
+            # partition; the direct fetcher and Spark's Java consumer never ask)
+            msgs = [m for m in msgs if not _group_denied(m)]
             progressed = False
             # the records of the chunk inside the range, up to an error (end of partition)
             error = next((i for i, m in enumerate(msgs) if m.error() is not None), None)
@@ -482,7 +491,19 @@ def _read_with_consumer(
         if len(cols):
             yield cols.to_batch(schema, r.topic, r.partition)
     finally:
-        consumer.close()
+        try:
+            consumer.close()
+        except KafkaException as exc:
+            # librdkafka looks up the coordinator of group.id (never joined): a user without
+            # the group's ACL gets GROUP_AUTHORIZATION_FAILED here, after a complete read
+            log.debug("millrace reader: closing the consumer of %s: %s", where, exc)
+
+
+def _group_denied(msg: Any) -> bool:
+    from confluent_kafka import KafkaError
+
+    err = msg.error()
+    return err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
 
 
 def _input_partitions(

@@ -3,7 +3,9 @@ schema checked and turned into a :class:`WritePlan` (which columns hold value, k
 partition and headers), and the librdkafka configuration of each task's producer.
 
 Runs on the driver when Spark creates the writer; a bad option or column type raises
-:class:`WriteOptionError` naming it. The plan holds plain values, so it pickles to the
+:class:`WriteOptionError` naming it (the security options, ``kafka.security.protocol``,
+``kafka.sasl.*`` and ``kafka.ssl.*``, too: :mod:`spark_connector.kafka.security`). The plan
+holds plain values (the options as strings, never an SSL context), so it pickles to the
 tasks. Concurrency: pure functions.
 """
 
@@ -20,6 +22,14 @@ from pyspark.sql.types import (
     IntegerType,
     StringType,
     StructType,
+)
+
+from spark_connector.kafka.security import (
+    SecurityOptionError,
+    is_security_param,
+    librdkafka_settings,
+    validate_security,
+    wire_unsupported,
 )
 
 __all__ = [
@@ -163,6 +173,10 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> WritePlan:
         for k, v in opts.items()
         if k.startswith(KAFKA_PREFIX) and k != BOOTSTRAP_OPTION
     }
+    try:
+        validate_security(producer_options)
+    except SecurityOptionError as exc:
+        raise WriteOptionError(str(exc)) from None
     return WritePlan(
         bootstrap_servers=bootstrap,
         topic=topic_option.strip() if topic_option is not None else None,
@@ -177,14 +191,15 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> WritePlan:
 
 
 def producer_config(plan: WritePlan) -> dict[str, Any]:
-    """The librdkafka configuration for one task's producer.
+    """The librdkafka configuration for one task's producer (security settings under
+    librdkafka's names: :func:`~spark_connector.kafka.security.librdkafka_settings`).
 
     Defaults (each overridable with a ``kafka.`` option): ``acks=all``,
     ``enable.idempotence=true`` (turned off when ``kafka.acks`` is set to something other
     than ``all``/``-1``, since librdkafka requires ``acks=all`` for idempotence), and the
     Java-compatible ``partitioner=murmur2_random``.
     """
-    user = dict(plan.producer_options)
+    user = librdkafka_settings(plan.producer_options)
     conf: dict[str, Any] = {
         "bootstrap.servers": plan.bootstrap_servers,
         "client.id": "millrace-spark-writer",
@@ -259,7 +274,8 @@ def batch_settings(plan: WritePlan) -> BatchSettings | str:
     (all or 1), ``enable.idempotence``, ``compression.type`` (none, gzip, snappy, lz4, zstd),
     ``batch.size``, ``request.timeout.ms``, ``delivery.timeout.ms`` (or
     ``message.timeout.ms``), ``retry.backoff.ms``, ``queue.buffering.max.kbytes`` (the bytes
-    of batches a task may have unacknowledged), ``client.id`` and librdkafka's batching
+    of batches a task may have unacknowledged), ``client.id``, the security options (TLS,
+    SASL PLAIN and SCRAM: :mod:`spark_connector.kafka.security`) and librdkafka's batching
     options (which it has no use for: ``linger.ms``, ``batch.num.messages``, ...). Raises
     :class:`WriteOptionError` for a malformed value.
     """
@@ -302,6 +318,10 @@ def batch_settings(plan: WritePlan) -> BatchSettings | str:
             changes["client_id"] = raw
         elif name == "transaction.timeout.ms":
             continue  # the exactly-once sink's (spark_connector.exactly_once.settings)
+        elif is_security_param(name):
+            reason = wire_unsupported(plan.producer_options)
+            if reason is not None:
+                return reason
         elif name not in _BATCHING_ONLY:
             return f"option 'kafka.{name}' is a librdkafka setting the batch producer lacks"
     if "buffer_bytes" in changes:

@@ -42,7 +42,14 @@ Two producers. Option ``producer`` (``auto``, the default; ``batch``; ``librdkaf
   :class:`~spark_connector.kafka.producer.BatchProducer`; no per-row Python call;
 * **librdkafka's producer** (:mod:`spark_connector.row_write`), one ``produce()`` per row,
   for at-least-once writes with ``acks=0`` or librdkafka settings the batch producer lacks
-  (SASL, TLS, ...), or on request.
+  (a SASL mechanism other than PLAIN and SCRAM, ...), or on request.
+
+Security: ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``
+and ``kafka.ssl.*`` (Spark's names; librdkafka's work too) are checked on the driver
+(:mod:`spark_connector.kafka.security`) and carried, as plain strings in the plan, to the
+tasks, whose batch producers build their TLS and SASL settings once per process; the
+exactly-once sink's driver-side connections (transaction coordinators, the driver's producer,
+markers, progress records) carry the same. The librdkafka producer gets them under its names.
 
 ``producer=batch`` makes a write the batch producer cannot do fail on the driver, naming
 why; ``producer=librdkafka`` always goes row by row (at-least-once only). Exactly-once writes
@@ -106,6 +113,7 @@ from spark_connector.exactly_once.settings import (
 )
 from spark_connector.exactly_once.task import write_exactly_once
 from spark_connector.kafka.errors import KafkaRequestError
+from spark_connector.kafka.security import wire_security
 from spark_connector.row_write import write_rows_librdkafka
 from spark_connector.write_outcome import DeliveryError, MillraceWriteCommitMessage, TaskTransaction
 from spark_connector.write_plan import (
@@ -120,6 +128,8 @@ from spark_connector.write_plan import (
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from kafka_security.client_security import ClientSecurity
 
 __all__ = [
     "DeliveryError",
@@ -202,6 +212,11 @@ def _batch_settings(plan: WritePlan, eos: ExactlyOnce | None) -> BatchSettings |
     return chosen if isinstance(chosen, BatchSettings) else None
 
 
+def _security(plan: WritePlan) -> ClientSecurity:
+    """The TLS and SASL settings of the plan's connections (made once per process)."""
+    return wire_security(plan.producer_options)
+
+
 def _exactly_once(
     plan: WritePlan, options: Mapping[str, str], *, streaming: bool
 ) -> ExactlyOnce | None:
@@ -214,7 +229,7 @@ def _exactly_once(
             return None
         raw = plan.producer_options.get("request.timeout.ms", "30000")
         timeout_s = int(raw) / 1000 if raw.strip().isdigit() else 30.0
-        return open_sink(opts, plan.bootstrap_servers, timeout_s)
+        return open_sink(opts, plan.bootstrap_servers, timeout_s, _security(plan))
     except ExactlyOnceError as exc:
         raise WriteOptionError(str(exc)) from None
     except KafkaRequestError as exc:
@@ -239,7 +254,7 @@ class _Writer:
 
     def __getstate__(self) -> dict[str, Any]:
         if self.eos is not None and not self._planned:
-            self.eos = plan_batch(self.eos, self.plan.bootstrap_servers)
+            self.eos = plan_batch(self.eos, self.plan.bootstrap_servers, _security(self.plan))
             self._planned = True
         return dict(self.__dict__)
 
@@ -248,7 +263,9 @@ class _Writer:
 
     def _committer(self) -> Committer:
         assert self.eos is not None
-        return Committer(self.eos, self.plan.bootstrap_servers, self.run)
+        return Committer(
+            self.eos, self.plan.bootstrap_servers, self.run, security=_security(self.plan)
+        )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MillraceWriteCommitMessage:
         return write_batches(self.plan, iterator, self.eos, self.settings)

@@ -40,10 +40,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_connector.kafka.cluster import Cluster
+from spark_connector.kafka.errors import AUTHORIZATION_FAILED, error_name
 from spark_connector.kafka.topics import create_topic
 from spark_connector.partitioner import partition_for_key
 
 if TYPE_CHECKING:
+    from kafka_security.client_security import ClientSecurity
     from spark_connector.kafka.producer import BatchProducer
 
 __all__ = [
@@ -221,6 +223,22 @@ def _current(held: list[Boundary]) -> list[Boundary]:
     return held
 
 
+_warned_unauthorized = False
+
+
+def _unauthorized(code: int) -> None:
+    global _warned_unauthorized
+    if not _warned_unauthorized:
+        _warned_unauthorized = True
+        log.warning(
+            "millrace: %s: %s: reads end at the end offsets instead of micro-batch boundaries "
+            "(grant the user READ and DESCRIBE on topic %s)",
+            PROGRESS_TOPIC,
+            error_name(code),
+            PROGRESS_TOPIC,
+        )
+
+
 class ProgressLog:
     """Reads the boundaries of topics from the progress topic (see the module docstring).
     One thread; a context manager."""
@@ -232,14 +250,16 @@ class ProgressLog:
         timeout_s: float = 30.0,
         client_id: str = "millrace-boundaries",
         cluster: Cluster | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.timeout_s = timeout_s
         self.client_id = client_id
-        # ``cluster``: the caller's metadata client to share (not closed here)
+        # ``cluster``: the caller's metadata client to share (not closed here), whose security
+        # is used; ``security``: TLS and SASL of a cluster made here
         self._owns_cluster = cluster is None
         self._cluster = cluster or Cluster(
-            bootstrap, client_id=client_id, request_timeout_s=timeout_s
+            bootstrap, client_id=client_id, request_timeout_s=timeout_s, security=security
         )
         self._count: int | None = None
 
@@ -259,6 +279,10 @@ class ProgressLog:
 
             def attempt() -> int:
                 self._cluster.refresh([PROGRESS_TOPIC])
+                info = self._cluster.topics.get(PROGRESS_TOPIC)
+                if info is not None and info.error in AUTHORIZATION_FAILED:
+                    _unauthorized(info.error)
+                    return 0
                 return self._cluster.partition_count(PROGRESS_TOPIC)
 
             self._count = self._cluster.retrying(f"Metadata({PROGRESS_TOPIC})", attempt)

@@ -16,6 +16,10 @@ Every failure that leaves the batch unfinished raises :class:`ExactlyOnceError` 
 :class:`DriverFenced`) naming the batch, the Spark partitions and topic-partitions concerned,
 and what happens on restart; none leaves offsets ahead of output.
 
+Every connection (transaction coordinators, the driver's producer, markers, progress records)
+carries the sink's ``security`` (the writer's ``kafka.security.protocol`` / ``kafka.ssl.*`` /
+``kafka.sasl.*`` options, :mod:`spark_connector.kafka.security`).
+
 Concurrency: a committer is used by one driver thread; the parallel EndTxn calls run in a
 small thread pool, each thread with its own :class:`TxnClient`.
 """
@@ -28,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from spark_connector.exactly_once.boundaries import (
     Boundary,
@@ -58,6 +62,9 @@ from spark_connector.kafka.producer import BatchProducer, ProduceError
 from spark_connector.kafka.topics import end_offsets
 from spark_connector.kafka.transactions import OpenTransaction, TxnClient, TxnError
 from spark_connector.write_outcome import TaskTransaction
+
+if TYPE_CHECKING:
+    from kafka_security.client_security import ClientSecurity
 
 __all__ = ["ABORT_LINGER_S", "FAULT_ENV", "Committer", "DriverFenced"]
 
@@ -118,10 +125,19 @@ class Committer:
     module docstring)."""
 
     def __init__(
-        self, eos: ExactlyOnce, bootstrap: str, run: str, *, timeout_s: float = 120.0
+        self,
+        eos: ExactlyOnce,
+        bootstrap: str,
+        run: str,
+        *,
+        timeout_s: float = 120.0,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.eos = eos
         self.bootstrap = bootstrap
+        self.security = security
+        """TLS and SASL of every connection (transaction coordinators, the driver's
+        producer, markers, progress records)."""
         self.run = run
         self.timeout_s = timeout_s
         self.log = SinkLog(eos.log_dir) if eos.log_dir is not None else None
@@ -129,7 +145,7 @@ class Committer:
         self.visibility_ms = 0.0
 
     def _client(self) -> TxnClient:
-        return TxnClient(self.bootstrap, timeout_s=self.timeout_s)
+        return TxnClient(self.bootstrap, timeout_s=self.timeout_s, security=self.security)
 
     # --- parallel requests -----------------------------------------------------------------
 
@@ -535,6 +551,7 @@ class Committer:
                 transaction_timeout_ms=self.eos.timeout_ms,
                 request_timeout_ms=int(self.timeout_s * 1000),
                 client_id="millrace-spark-sink-driver",
+                security=self.security,
             )
         except ProduceError as exc:
             raise ExactlyOnceError(

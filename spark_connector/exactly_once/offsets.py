@@ -12,6 +12,7 @@ Concurrency: pure functions but for the file read and the OffsetCommit.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from spark_connector.exactly_once.settings import checkpoint_dir
@@ -47,7 +48,11 @@ def source_offsets(checkpoint: str, batch: int) -> dict[str, dict[int, int]]:
 
 
 def commit_batch_offsets(
-    bootstrap: str, checkpoint_location: str, batch_id: int, group: str
+    bootstrap: str,
+    checkpoint_location: str,
+    batch_id: int,
+    group: str,
+    options: Mapping[str, str] | None = None,
 ) -> dict[str, dict[int, int]]:
     """Commit batch ``batch_id``'s source end offsets (Spark's ``offsets/<batch_id>`` of the
     query checkpointed at ``checkpoint_location``) to ``group`` with a plain OffsetCommit.
@@ -55,14 +60,28 @@ def commit_batch_offsets(
     For sinks that cannot share a Kafka transaction (Delta Lake): call it *after* the sink's
     own idempotent commit of the batch, so the group's offsets may lag the sink (until the
     replay of the batch, which the sink skips, commits them again) but never run ahead of it.
-    Returns the offsets committed (``{}`` when the batch has no Kafka source offsets)."""
+    Returns the offsets committed (``{}`` when the batch has no Kafka source offsets).
+    ``options``: the source's ``kafka.*`` options (``kafka.security.protocol``,
+    ``kafka.sasl.jaas.config``, ...), passed to librdkafka under its names."""
     from confluent_kafka import Consumer, TopicPartition
+
+    from spark_connector.kafka.security import librdkafka_settings
 
     offsets = source_offsets(str(checkpoint_dir(checkpoint_location)), batch_id)
     if not offsets:
         return {}
+    params = {
+        str(k).lower()[len("kafka.") :]: str(v)
+        for k, v in (options or {}).items()
+        if str(k).lower().startswith("kafka.")
+    }
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        {
+            **librdkafka_settings(params),
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+        }
     )
     try:
         consumer.commit(

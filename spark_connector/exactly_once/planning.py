@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from spark_connector.exactly_once.settings import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -43,6 +44,9 @@ from spark_connector.exactly_once.sink_log import (
 )
 from spark_connector.kafka.markers import ABORT, COMMIT, marker_outcome
 from spark_connector.kafka.transactions import TransactionState, TxnClient, TxnError
+
+if TYPE_CHECKING:
+    from kafka_security.client_security import ClientSecurity
 
 __all__ = [
     "BrokerFacts",
@@ -135,7 +139,12 @@ def entry_outcome(client: TxnClient, task: TaskEntry, state: TransactionState | 
     for topic, partition, first, _end in task.outputs:
         try:
             outcome = marker_outcome(
-                client.cluster.bootstrap_text, topic, partition, first, task.txn.producer_id
+                client.cluster.bootstrap_text,
+                topic,
+                partition,
+                first,
+                task.txn.producer_id,
+                security=client.cluster.security,
             )
         except RuntimeError as exc:
             log.warning("millrace sink: %s", exc)
@@ -196,15 +205,21 @@ def fence_leftovers(client: TxnClient, eos: ExactlyOnce, keep: set[str], timeout
     return len(leftovers)
 
 
-def open_sink(opts: SinkOptions, bootstrap: str, timeout_s: float = 30.0) -> ExactlyOnce:
+def open_sink(
+    opts: SinkOptions,
+    bootstrap: str,
+    timeout_s: float = 30.0,
+    security: ClientSecurity | None = None,
+) -> ExactlyOnce:
     """The sink's settings when a writer is created, on either side of Spark's write (the
     planning and the commit): the sink id (made the first time), the brokers checked (their
     answers cached), the transaction timeout. Raises :class:`ExactlyOnceError` when the
     brokers make exactly-once impossible, and
-    :class:`~spark_connector.kafka.transactions.TxnError` when they do not answer."""
+    :class:`~spark_connector.kafka.transactions.TxnError` when they do not answer.
+    ``security``: TLS and SASL of the connections."""
     log_ = SinkLog(opts.log_dir) if opts.log_dir is not None else None
     sink_id = log_.sink_id() if log_ is not None else uuid.uuid4().hex[:16]
-    with TxnClient(bootstrap, timeout_s=timeout_s) as client:
+    with TxnClient(bootstrap, timeout_s=timeout_s, security=security) as client:
         facts = broker_facts(client, bootstrap)
     if facts.missing:
         raise ExactlyOnceError(
@@ -215,7 +230,9 @@ def open_sink(opts: SinkOptions, bootstrap: str, timeout_s: float = 30.0) -> Exa
     return ExactlyOnce(opts, sink_id, -1, None, facts.two_phase, _timeout(opts, facts))
 
 
-def plan_batch(eos: ExactlyOnce, bootstrap: str) -> ExactlyOnce:
+def plan_batch(
+    eos: ExactlyOnce, bootstrap: str, security: ClientSecurity | None = None
+) -> ExactlyOnce:
     """Step 1 of ``docs/exactly-once.md`` for the tasks of one batch (the planning side
     only): what the log holds (``committed_through``), the pending batch's partitions to
     write again, and the sink's leftover transactions fenced."""
@@ -225,7 +242,7 @@ def plan_batch(eos: ExactlyOnce, bootstrap: str) -> ExactlyOnce:
     pending = log_.latest()
     rewrite = None
     keep: set[str] = set()
-    with TxnClient(bootstrap, timeout_s=30.0) as client:
+    with TxnClient(bootstrap, timeout_s=30.0, security=security) as client:
         if pending is not None and not pending.committed:
             rewrite = plan_rewrite(client, pending)
             keep = pending.transactional_ids()

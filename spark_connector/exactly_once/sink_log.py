@@ -37,6 +37,7 @@ import json
 import os
 import socket
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -61,10 +62,19 @@ PREPARED, COMMITTED, PARTIAL, FAILED = "prepared", "committed", "partial", "fail
 OPEN, DONE, LOST, EMPTY = "open", "committed", "lost", "empty"
 
 
+_last_run_ms = 0
+_run_name_lock = threading.Lock()
+
+
 def new_run_name() -> str:
     """A driver run's name: its start time in ms (zero-padded, so names sort by start) and a
-    random nonce."""
-    return f"{int(time.time() * 1000):013d}-{uuid.uuid4().hex[:12]}"
+    random nonce. Within a process the time part strictly increases, so a later run sorts
+    after an earlier one even when both start in the same millisecond."""
+    global _last_run_ms
+    with _run_name_lock:
+        ms = max(int(time.time() * 1000), _last_run_ms + 1)
+        _last_run_ms = ms
+    return f"{ms:013d}-{uuid.uuid4().hex[:12]}"
 
 
 @dataclass(slots=True)

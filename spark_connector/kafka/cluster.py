@@ -18,6 +18,11 @@ connection failures with a backoff from 50 ms to 1 s, and raises
 and (when the cluster never answered at all) the servers tried and the option that sets the
 time, so an unreachable ``kafka.bootstrap.servers`` reads as one.
 
+Security: every connection of a cluster carries its :attr:`Cluster.security` (TLS and SASL,
+:mod:`spark_connector.kafka.security`), and the connections the producer and the fetcher open
+beside the cluster's take it from there. A connection the brokers refuse to authenticate
+raises :class:`~spark_connector.kafka.errors.AuthenticationError` at once, never retried.
+
 Concurrency: a cluster belongs to one thread (a Spark task's, or a driver call's); it owns
 its sockets. Nothing here is pickled.
 """
@@ -29,7 +34,7 @@ import struct
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_connector.kafka.connection import Connection, parse_bootstrap
 from spark_connector.kafka.errors import (
@@ -37,8 +42,12 @@ from spark_connector.kafka.errors import (
     NONE,
     KafkaRequestError,
     Retriable,
+    acl_hint,
     error_name,
 )
+
+if TYPE_CHECKING:
+    from kafka_security.client_security import ClientSecurity
 
 __all__ = [
     "GROUP",
@@ -88,8 +97,11 @@ class Cluster:
         client_id: str,
         request_timeout_s: float = 30.0,
         timeout_option: str = "kafka.request.timeout.ms",
+        security: ClientSecurity | None = None,
     ) -> None:
         self.bootstrap_text = bootstrap
+        self.security = security
+        """TLS and SASL of every connection (None: plaintext)."""
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
@@ -120,7 +132,9 @@ class Cluster:
         """The open connection to ``address`` (made now if there is none)."""
         conn = self._connections.get(address)
         if conn is None:
-            conn = Connection(address[0], address[1], self.request_timeout_s, self.client_id)
+            conn = Connection(
+                address[0], address[1], self.request_timeout_s, self.client_id, self.security
+            )
             self._connections[address] = conn
         return conn
 
@@ -246,7 +260,7 @@ class Cluster:
             self.forget_coordinator(key_type, key)
         if code in RETRIABLE_COORDINATOR:
             raise Retriable(what, code)
-        raise KafkaRequestError(f"{what}: {error_name(code)}", code)
+        raise KafkaRequestError(f"{what}: {error_name(code)}{acl_hint(code)}", code)
 
     # --- retries ---------------------------------------------------------------------------
 

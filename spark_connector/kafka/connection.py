@@ -12,6 +12,17 @@ Frames are Kafka's: a big-endian int32 size, then a request header v1 (``api_key
 field section for flexible versions) and the body; a response is the correlation id, then
 (for flexible versions other than ApiVersions) a tagged field section, then the body.
 
+Security (``kafka.security.protocol``, :mod:`spark_connector.kafka.security`): with ``SSL`` or
+``SASL_SSL`` the socket is wrapped in TLS right after it connects (a blocking handshake, the
+broker's certificate checked against the trust store and, with
+``ssl.endpoint.identification.algorithm=https``, the host); with ``SASL_PLAINTEXT`` or
+``SASL_SSL`` the connection then authenticates before any other request (KIP-152:
+SaslHandshake v1 naming the mechanism, then SaslAuthenticate v2 until the mechanism's last
+token; ``kafka_security.client_security.authenticate``). A refused login or a certificate
+that fails verification raises :class:`~spark_connector.kafka.errors.AuthenticationError`,
+which no caller retries: another attempt would fail the same way. A TLS socket may hold
+decrypted bytes ``select`` cannot see: :meth:`Connection.pending` tells.
+
 Concurrency: a connection belongs to one thread; nothing here is pickled.
 """
 
@@ -20,8 +31,14 @@ from __future__ import annotations
 import contextlib
 import io
 import socket
+import ssl
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from spark_connector.kafka.errors import AuthenticationError
+
+if TYPE_CHECKING:
+    from kafka_security.client_security import ClientSecurity
 
 __all__ = ["Connection", "parse_bootstrap", "skip_tagged_fields"]
 
@@ -66,14 +83,55 @@ def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
 class Connection:
     """One blocking connection to one broker (see the module docstring)."""
 
-    def __init__(self, host: str, port: int, timeout_s: float, client_id: str) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout_s: float,
+        client_id: str,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.address = (host, port)
-        self._sock = socket.create_connection((host, port), timeout=timeout_s)
-        self._sock.settimeout(timeout_s)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._client_id = client_id.encode()
         self._correlation = 0
         self._in_flight: list[int] = []
+        self._ssl: ssl.SSLSocket | None = None
+        raw = socket.create_connection((host, port), timeout=timeout_s)
+        self._sock: socket.socket = raw
+        try:
+            raw.settimeout(timeout_s)
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if security is not None and security.tls:
+                self._ssl = self._handshake(security, raw, host)
+                self._sock = self._ssl
+            if security is not None and security.sasl:
+                self._authenticate(security)
+        except BaseException:
+            self.close()
+            raise
+
+    def _handshake(self, security: ClientSecurity, raw: socket.socket, host: str) -> ssl.SSLSocket:
+        try:
+            wrapped: ssl.SSLSocket = security.wrap(raw, host)
+        except ssl.SSLCertVerificationError as exc:
+            raise AuthenticationError(
+                f"{host}:{self.address[1]}: the broker's TLS certificate was refused: "
+                f"{exc.verify_message or exc} (options 'kafka.ssl.truststore.location' and "
+                "'kafka.ssl.endpoint.identification.algorithm')"
+            ) from None
+        return wrapped
+
+    def _authenticate(self, security: ClientSecurity) -> None:
+        from kafka_security.client_security import authenticate
+        from kafka_security.sasl_mechanisms import SaslAuthenticationError
+
+        try:
+            authenticate(security, self.request)
+        except SaslAuthenticationError as exc:
+            raise AuthenticationError(
+                f"{self.address[0]}:{self.address[1]}: {exc} (options "
+                "'kafka.sasl.jaas.config' and 'kafka.sasl.mechanism')"
+            ) from None
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -82,6 +140,11 @@ class Connection:
     def fileno(self) -> int:
         """The socket's descriptor, for ``select``."""
         return self._sock.fileno()
+
+    def pending(self) -> bool:
+        """Whether bytes already received and decrypted wait in the TLS layer, where
+        ``select`` on :meth:`fileno` does not see them."""
+        return self._ssl is not None and self._ssl.pending() > 0
 
     def _recv_exact(self, n: int) -> bytearray:
         out = bytearray(n)

@@ -8,13 +8,17 @@ Kafka's ``Errors``). Pure values; safe from any thread.
 from __future__ import annotations
 
 __all__ = [
+    "AUTHORIZATION_FAILED",
     "COORDINATOR_MOVED",
     "FENCED",
     "LEADER_MOVED",
     "NONE",
     "RETRIABLE_COORDINATOR",
+    "AuthenticationError",
+    "AuthorizationError",
     "KafkaRequestError",
     "Retriable",
+    "acl_hint",
     "error_name",
 ]
 
@@ -37,6 +41,10 @@ internal topic being created): a coordinator request retried until its deadline.
 FENCED = frozenset({47, 90})
 """INVALID_PRODUCER_EPOCH, PRODUCER_FENCED: another instance of the producer took over."""
 
+AUTHORIZATION_FAILED = frozenset({29, 30, 31, 53})
+"""TOPIC_, GROUP_, CLUSTER_ and TRANSACTIONAL_ID_AUTHORIZATION_FAILED: the user lacks an ACL
+(never retried)."""
+
 
 def error_name(code: int) -> str:
     """Kafka's name of an error code (``NOT_COORDINATOR``), or ``error code N``."""
@@ -46,6 +54,21 @@ def error_name(code: int) -> str:
         return ErrorCode(int(code)).name.upper()
     except ValueError:
         return f"error code {code}"
+
+
+_ACL_HINTS = {
+    29: "the user needs an ACL on the topic (READ to read, WRITE to write; DESCRIBE either way)",
+    30: "the user needs the READ ACL of the consumer group",
+    31: "the user needs an ACL on the cluster",
+    53: "the user needs the WRITE ACL of the transactional id (a prefixed ACL on the sink's "
+    "transactionalIdPrefix)",
+}
+
+
+def acl_hint(code: int) -> str:
+    """`` (what ACL is missing)`` for an authorization error code, else empty."""
+    hint = _ACL_HINTS.get(int(code))
+    return f" ({hint})" if hint else ""
 
 
 class KafkaRequestError(RuntimeError):
@@ -67,3 +90,14 @@ class Retriable(Exception):
     def __init__(self, what: str, code: int) -> None:
         super().__init__(f"{what}: {error_name(code)}")
         self.code = code
+
+
+class AuthenticationError(RuntimeError):
+    """A connection the broker would not let in: SASL authentication refused (wrong user or
+    password, a mechanism it does not enable), or its TLS certificate not trusted. Never
+    retried; the message names the host and the options to check."""
+
+
+class AuthorizationError(RuntimeError):
+    """A request the brokers refused for a missing ACL (``*_AUTHORIZATION_FAILED``); the
+    message names the resource and the ACL to grant. Never retried."""

@@ -25,6 +25,11 @@ again; the result carries the error code so the caller decides (it retries until
 no-progress timeout). OFFSET_OUT_OF_RANGE is returned to the caller, which checks the log
 bounds again (data loss).
 
+Security: the fetcher's connection to the leader carries the TLS and SASL settings of its
+:class:`~spark_connector.kafka.cluster.Cluster` (``security``, or the shared cluster's). A topic
+the user may not describe or read (TOPIC_AUTHORIZATION_FAILED in Metadata, ListOffsets or
+Fetch) raises :class:`FetcherError` at once.
+
 Concurrency: one fetcher per task thread; it owns its connection. Nothing here is pickled.
 """
 
@@ -33,9 +38,14 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from spark_connector.kafka.cluster import Cluster, Unreachable
 from spark_connector.kafka.connection import Connection
+from spark_connector.kafka.errors import AUTHORIZATION_FAILED
+
+if TYPE_CHECKING:
+    from kafka_security.client_security import ClientSecurity
 
 __all__ = ["RETRIABLE", "FetchResult", "FetcherError", "PartitionFetcher"]
 
@@ -60,6 +70,8 @@ _ERROR_NAMES = {
     9: "REPLICA_NOT_AVAILABLE",
     19: "NOT_ENOUGH_REPLICAS",
     29: "TOPIC_AUTHORIZATION_FAILED",
+    30: "GROUP_AUTHORIZATION_FAILED",
+    31: "CLUSTER_AUTHORIZATION_FAILED",
     56: "KAFKA_STORAGE_ERROR",
     74: "FENCED_LEADER_EPOCH",
     75: "UNKNOWN_LEADER_EPOCH",
@@ -116,11 +128,13 @@ class PartitionFetcher:
         max_wait_ms: int = 100,
         partition_max_bytes: int = 8 << 20,
         cluster: Cluster | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
-        # ``cluster``: a metadata client of the caller's to share (not closed here)
+        # ``cluster``: a metadata client of the caller's to share (not closed here), whose
+        # security is used; ``security``: TLS and SASL of a cluster made here
         self._owns_cluster = cluster is None
         self._cluster = cluster or Cluster(
-            bootstrap, client_id=client_id, request_timeout_s=timeout_s
+            bootstrap, client_id=client_id, request_timeout_s=timeout_s, security=security
         )
         self.topic = topic
         self.partition = partition
@@ -161,6 +175,12 @@ class PartitionFetcher:
             raise _Retriable(
                 f"no broker of {self._cluster.bootstrap_text} answered: {exc}", CONNECTION_ERROR
             ) from exc
+        info = self._cluster.topics.get(self.topic)
+        if info is not None and info.error in AUTHORIZATION_FAILED:
+            raise FetcherError(
+                f"{self.topic}[{self.partition}]: Metadata: {error_name(info.error)} (the user "
+                "needs the DESCRIBE and READ ACLs of the topic)"
+            )
         address = self._cluster.leader_address(self.topic, self.partition)
         if address is None:
             raise _Retriable(f"{self.topic}[{self.partition}] has no leader", 5)
@@ -170,7 +190,9 @@ class PartitionFetcher:
         if self._conn is None:
             leader = self._find_leader()
             try:
-                self._conn = Connection(leader[0], leader[1], self._timeout_s, self._client_id)
+                self._conn = Connection(
+                    leader[0], leader[1], self._timeout_s, self._client_id, self._cluster.security
+                )
             except OSError as exc:
                 raise _Retriable(f"leader {leader}: {exc}", CONNECTION_ERROR) from exc
             self._leader = leader

@@ -14,9 +14,13 @@ watermark. Concurrency: one call per thread; the fetcher is closed before return
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from spark_connector.kafka.fetcher import NONE, RETRIABLE, PartitionFetcher
 from spark_connector.record_batches import is_abort_marker, iter_batches, records_section
+
+if TYPE_CHECKING:
+    from kafka_security.client_security import ClientSecurity
 
 __all__ = ["ABORT", "COMMIT", "marker_outcome"]
 
@@ -31,12 +35,16 @@ def marker_outcome(
     producer_id: int,
     *,
     timeout_s: float = 30.0,
+    security: ClientSecurity | None = None,
 ) -> str | None:
     """``"commit"`` or ``"abort"``: the first marker of ``producer_id`` at or after offset
     ``start`` of ``topic[partition]``; None when there is none (yet) up to the high
-    watermark. Raises ``RuntimeError`` when the partition cannot be read in ``timeout_s``."""
+    watermark. Raises ``RuntimeError`` when the partition cannot be read in ``timeout_s``.
+    ``security``: TLS and SASL of the connections."""
     deadline = time.monotonic() + timeout_s
-    with PartitionFetcher(bootstrap, topic, partition, read_committed=False) as fetcher:
+    with PartitionFetcher(
+        bootstrap, topic, partition, read_committed=False, security=security
+    ) as fetcher:
         low, high = fetcher.watermarks(deadline)
         position = max(start, low)
         while position < high:

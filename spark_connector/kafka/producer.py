@@ -42,6 +42,12 @@ offset after the last record), which the sink records as the batch's output.
 Memory: :meth:`append` sends what it can without waiting, and waits for acknowledgements
 while more than ``buffer_bytes`` of batches are queued.
 
+Security: the producer's connections (the cluster's, and the Produce connections beside them)
+carry ``security`` (TLS and SASL, :mod:`spark_connector.kafka.security`); ``select`` is
+asked only about connections whose TLS layer holds no decrypted bytes yet
+(:meth:`~spark_connector.kafka.connection.Connection.pending`). An ACL the user lacks
+(TOPIC_/TRANSACTIONAL_ID_/CLUSTER_AUTHORIZATION_FAILED) fails the producer at once, naming it.
+
 Concurrency: one producer belongs to one thread (a Spark task's); it uses blocking sockets
 and ``select``. Nothing here is pickled.
 """
@@ -55,17 +61,23 @@ import struct
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from spark_connector.kafka.cluster import TRANSACTION, Cluster
 from spark_connector.kafka.connection import Connection
 from spark_connector.kafka.errors import (
+    AUTHORIZATION_FAILED,
     FENCED,
     LEADER_MOVED,
     NONE,
     KafkaRequestError,
     Retriable,
+    acl_hint,
     error_name,
 )
+
+if TYPE_CHECKING:
+    from kafka_security.client_security import ClientSecurity
 
 __all__ = ["BatchProducer", "ProduceError", "error_name"]
 
@@ -137,6 +149,7 @@ class BatchProducer:
         retry_backoff_ms: int = 100,
         buffer_bytes: int = 32 << 20,
         client_id: str = "millrace-spark-writer",
+        security: ClientSecurity | None = None,
     ) -> None:
         if acks not in (-1, 1):
             raise ValueError(f"acks must be -1 (all) or 1, not {acks}")
@@ -145,7 +158,10 @@ class BatchProducer:
         if transactional_id is not None and not idempotent:
             raise ValueError("a transactional producer is idempotent")
         self._cluster = Cluster(
-            bootstrap, client_id=client_id, request_timeout_s=request_timeout_ms / 1000
+            bootstrap,
+            client_id=client_id,
+            request_timeout_s=request_timeout_ms / 1000,
+            security=security,
         )
         self._acks = acks
         self._idempotent = idempotent
@@ -231,7 +247,7 @@ class BatchProducer:
         if code in _INIT_RETRIABLE:
             raise Retriable(what, code)
         if code != NONE:
-            raise ProduceError(f"{what}: {error_name(code)}", fenced=code in FENCED)
+            raise ProduceError(f"{what}: {error_name(code)}{acl_hint(code)}", fenced=code in FENCED)
         self.producer_id = int(response.producer_id)  # type: ignore[attr-defined]
         self.producer_epoch = int(response.producer_epoch)  # type: ignore[attr-defined]
 
@@ -257,6 +273,12 @@ class BatchProducer:
         def attempt() -> int:
             self._refresh([topic])
             count = self._cluster.partition_count(topic)
+            info = self._cluster.topics.get(topic)
+            if info is not None and info.error in AUTHORIZATION_FAILED:
+                raise ProduceError(
+                    f"topic '{topic}': Metadata: {error_name(info.error)} (the user needs the "
+                    "WRITE and DESCRIBE ACLs of the topic)"
+                )
             if count <= 0:
                 raise Retriable(what, 3)  # UNKNOWN_TOPIC_OR_PARTITION: maybe being created
             return count
@@ -391,7 +413,11 @@ class BatchProducer:
             if address is None:
                 raise ConnectionError(f"broker {broker} is not known")
             conn = Connection(
-                address[0], address[1], self._request_timeout_ms / 1000 + 5, self._cluster.client_id
+                address[0],
+                address[1],
+                self._request_timeout_ms / 1000 + 5,
+                self._cluster.client_id,
+                self._cluster.security,
             )
             self._connections[broker] = conn
         return conn
@@ -507,7 +533,7 @@ class BatchProducer:
                 fenced = fenced or code in FENCED
                 refused = refused or (
                     f"{part.topic}[{part.index}]: the broker refused a batch of "
-                    f"{part.queue[0].records} records: {error_name(code)}"
+                    f"{part.queue[0].records} records: {error_name(code)}{acl_hint(code)}"
                     + (
                         f" (another producer of {self.transactional_id} took over)"
                         if code in FENCED and self.transactional
@@ -559,8 +585,11 @@ class BatchProducer:
         socks = {
             self._connections[b].fileno(): b for b in self._in_flight if b in self._connections
         }
-        timeout = self._request_timeout_ms / 1000 + 5 if wait else 0.0
+        # bytes a TLS connection already decrypted are not seen by select
+        buffered = [fd for fd, b in socks.items() if self._connections[b].pending()]
+        timeout = self._request_timeout_ms / 1000 + 5 if wait and not buffered else 0.0
         readable, _, _ = select.select(list(socks), [], [], timeout)
+        readable = list(dict.fromkeys([*buffered, *readable]))
         if wait and not readable:
             for broker in list(self._in_flight):
                 log.info("millrace writer: broker %d did not answer a produce in time", broker)

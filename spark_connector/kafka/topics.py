@@ -20,10 +20,12 @@ from collections.abc import Mapping
 
 from spark_connector.kafka.cluster import Cluster
 from spark_connector.kafka.errors import (
+    AUTHORIZATION_FAILED,
     LEADER_MOVED,
     NONE,
     KafkaRequestError,
     Retriable,
+    acl_hint,
     error_name,
 )
 
@@ -51,6 +53,11 @@ def end_offsets(cluster: Cluster, topic: str, *, read_committed: bool) -> dict[i
 
     def attempt() -> dict[int, int]:
         cluster.refresh([topic])
+        info = cluster.topics.get(topic)
+        if info is not None and info.error in AUTHORIZATION_FAILED:
+            raise KafkaRequestError(
+                f"Metadata({topic}): {error_name(info.error)}{acl_hint(info.error)}", info.error
+            )
         count = cluster.partition_count(topic)
         by_leader: dict[int, list[int]] = {}
         for p in range(count):
@@ -86,7 +93,8 @@ def end_offsets(cluster: Cluster, topic: str, *, read_committed: bool) -> dict[i
                         raise Retriable(what, code)
                     if code != NONE:
                         raise KafkaRequestError(
-                            f"{what}: {topic}[{int(part.partition_index)}]: {error_name(code)}",
+                            f"{what}: {topic}[{int(part.partition_index)}]: {error_name(code)}"
+                            f"{acl_hint(code)}",
                             code,
                         )
                     found[int(part.partition_index)] = int(part.offset)
@@ -144,7 +152,7 @@ def create_topic(
             if code in _CREATE_RETRIABLE:
                 raise Retriable(what, code)
             message = f": {t.error_message}" if t.error_message else ""
-            raise KafkaRequestError(f"{what}: {error_name(code)}{message}", code)
+            raise KafkaRequestError(f"{what}: {error_name(code)}{message}{acl_hint(code)}", code)
 
     def ready() -> None:
         cluster.refresh([name])

@@ -21,6 +21,9 @@ COORDINATOR_LOAD_IN_PROGRESS), CONCURRENT_TRANSACTIONS and connection failures a
 looking the coordinator up again (ListTransactions: asking for the brokers again), until
 ``timeout_s``; other errors raise :class:`TxnError` with Kafka's error name.
 
+Security: ``security`` (TLS and SASL, :mod:`spark_connector.kafka.security`) is carried by
+every connection of the client's cluster, coordinators included.
+
 Concurrency: one client per thread; it owns its sockets. Nothing here is pickled.
 """
 
@@ -29,11 +32,14 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_connector.kafka.cluster import GROUP, TRANSACTION, Cluster
 from spark_connector.kafka.connection import parse_bootstrap
 from spark_connector.kafka.errors import KafkaRequestError, Retriable
+
+if TYPE_CHECKING:
+    from kafka_security.client_security import ClientSecurity
 
 __all__ = [
     "MAX_TIMEOUT_MS",
@@ -130,12 +136,14 @@ class TxnClient:
         timeout_s: float = 60.0,
         client_id: str = "millrace-spark-sink",
         timeout_option: str = "kafka.request.timeout.ms",
+        security: ClientSecurity | None = None,
     ) -> None:
         self.cluster = Cluster(
             bootstrap,
             client_id=client_id,
             request_timeout_s=min(timeout_s, 30.0),
             timeout_option=timeout_option,
+            security=security,
         )
         self._timeout_s = timeout_s
         self._versions: dict[int, tuple[int, int]] | None = None

@@ -111,14 +111,46 @@ def test_a_bad_value_names_its_option(options: dict[str, str], named: str) -> No
 
 
 def test_what_the_batch_producer_cannot_do_goes_to_librdkafka() -> None:
-    unknown = settings(**{"kafka.sasl.mechanism": "PLAIN"})
+    kerberos = {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "GSSAPI"}
+    unknown = settings(**kerberos)
     assert isinstance(unknown, str) and "kafka.sasl.mechanism" in unknown
+    other = settings(**{"kafka.socket.keepalive.enable": "true"})
+    assert isinstance(other, str) and "kafka.socket.keepalive.enable" in other
     codec = settings(**{"kafka.compression.type": "brotli"})
     assert isinstance(codec, str) and "compression.type" in codec
     no_acks = settings(**{"kafka.acks": "0"})
     assert isinstance(no_acks, str) and "kafka.acks" in no_acks
     forced = settings(producer="librdkafka")
     assert isinstance(forced, str) and "librdkafka" in forced
+
+
+def test_security_settings_keep_the_batch_producer() -> None:
+    """SASL (PLAIN, SCRAM) and TLS are the batch producer's own: no row-by-row fallback."""
+    scram = settings(
+        **{
+            "kafka.security.protocol": "SASL_PLAINTEXT",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+            'required username="u" password="p";',
+        }
+    )
+    assert isinstance(scram, BatchSettings)
+    plain = settings(
+        **{
+            "kafka.security.protocol": "sasl_plaintext",
+            "kafka.sasl.mechanisms": "PLAIN",
+            "kafka.sasl.username": "u",
+            "kafka.sasl.password": "p",
+        }
+    )
+    assert isinstance(plain, BatchSettings)
+
+
+def test_a_bad_security_option_is_named_when_the_writer_is_made() -> None:
+    with pytest.raises(WriteOptionError, match="option 'kafka.security.protocol'"):
+        settings(**{"kafka.security.protocol": "TLS"})
+    with pytest.raises(WriteOptionError, match="option 'kafka.sasl.jaas.config'"):
+        settings(**{"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN"})
 
 
 def test_the_batch_producer_writes_headers_and_topic_columns() -> None:

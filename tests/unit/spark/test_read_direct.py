@@ -233,12 +233,22 @@ def test_fetcher_option() -> None:
             {"kafka.bootstrap.servers": "h:1", "subscribe": "t", **kw}, streaming=False
         )
 
+    scram = {
+        "kafka.security.protocol": "SASL_PLAINTEXT",
+        "kafka.sasl.mechanism": "SCRAM-SHA-256",
+        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+        'required username="u" password="p";',
+    }
+    kerberos = {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "GSSAPI"}
     assert options().uses_direct_fetch()
     assert not options(fetcher="librdkafka").uses_direct_fetch()
-    assert not options(**{"kafka.security.protocol": "SASL_SSL"}).uses_direct_fetch()
-    assert not options(**{"kafka.ssl.ca.location": "/x"}).uses_direct_fetch()
+    assert options(**scram).uses_direct_fetch()  # the direct fetcher speaks SASL and TLS
+    assert not options(**kerberos).uses_direct_fetch()
+    assert options(**{"kafka.ssl.ca.location": "/x"}).uses_direct_fetch()  # PLAINTEXT: ignored
     assert options(**{"kafka.security.protocol": "PLAINTEXT"}).uses_direct_fetch()
     with pytest.raises(ValueError, match="option 'fetcher'"):
         options(fetcher="fast")
-    with pytest.raises(ValueError, match="option 'fetcher'.*plaintext"):
-        options(fetcher="direct", **{"kafka.security.protocol": "SSL"})
+    with pytest.raises(ValueError, match="option 'fetcher'.*kafka.sasl.mechanism.*GSSAPI"):
+        options(fetcher="direct", **kerberos)
+    with pytest.raises(ValueError, match="option 'kafka.security.protocol'"):
+        options(**{"kafka.security.protocol": "SASL"})
