@@ -69,13 +69,13 @@ test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "unit or property" tests
 
 lint: setup
-	$(VENV)/bin/ruff check broker spark_connector pyspark_millrace jobs tests bench
-	$(VENV)/bin/ruff format --check broker spark_connector pyspark_millrace jobs tests bench
+	$(VENV)/bin/ruff check broker kafka_security spark_connector pyspark_millrace jobs tests bench
+	$(VENV)/bin/ruff format --check broker kafka_security spark_connector pyspark_millrace jobs tests bench
 	$(VENV)/bin/mypy
 
 format: setup
-	$(VENV)/bin/ruff format broker spark_connector pyspark_millrace jobs tests bench
-	$(VENV)/bin/ruff check --fix broker spark_connector pyspark_millrace jobs tests bench
+	$(VENV)/bin/ruff format broker kafka_security spark_connector pyspark_millrace jobs tests bench
+	$(VENV)/bin/ruff check --fix broker kafka_security spark_connector pyspark_millrace jobs tests bench
 
 demo: setup
 	$(PY) -m broker.cli.demo
@@ -87,7 +87,8 @@ demo: setup
 # broker's own share of end-to-end latency, plain sockets instead of clients; bench/aggregates.py:
 # Spark with format("millrace") beside format("kafka") for an aggregation upserted exactly once
 # into a compacted topic, a compacted topic read as a table, and a topic landed in Delta), then
-# the Millrace-only cluster fail-over and consumer-group measurements. Progress on stderr.
+# the Millrace-only cluster fail-over and consumer-group measurements; bench/secured_reads.py:
+# format("millrace") reads over SASL_SSL beside PLAINTEXT on one broker. Progress on stderr.
 # (python -m bench.compaction --quick: the same at 50 MB, about a minute, into /tmp;
 # python -m bench.aggregates --quick: reduced sizes, a few minutes, into /tmp.)
 bench: setup
@@ -100,6 +101,7 @@ bench: setup
 	$(PY) -m bench.idle_partitions --partitions 3000 --seconds 30 --runs 3 --profile
 	$(PY) -m bench.broker_latency --pairs 5000 --rounds 3
 	$(PY) -m bench.boundaries --records 1000000 --runs 5
+	$(PY) -m bench.secured_reads --records 2000000 --runs 3
 	$(PY) -m bench.tls --records 1000000 --runs 3
 
 # Workloads 1-6 side by side at reduced sizes (under five minutes), into

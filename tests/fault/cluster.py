@@ -296,7 +296,7 @@ class FaultCluster:
     def _client_security(self) -> Any:
         if not self.client_settings:
             return None
-        from broker.security.client_security import client_security
+        from kafka_security.client_security import client_security
 
         return client_security(self.client_settings)
 

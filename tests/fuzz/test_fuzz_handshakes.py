@@ -175,8 +175,10 @@ def _tls_round(cluster: Cluster, rng: random.Random, hello: bytes, tally: _Tally
         tally.add("tls: alert/handshake then close" if received else "tls: closed")
 
 
-def _sasl_round(cluster: Cluster, rng: random.Random, tally: _Tally) -> None:
-    from broker.security.sasl_mechanisms import make_client
+def _sasl_round(cluster: Cluster, rng: random.Random, tally: _Tally, valid: bool) -> None:
+    """One connection's SASL exchange, mutated at random; ``valid``: a correct exchange (the
+    control: it must succeed)."""
+    from kafka_security.sasl_mechanisms import make_client
 
     ctx = ssl.create_default_context(cafile=cluster.client_config["ssl.ca.location"])
     raw = socket.create_connection((cluster.host, cluster.port), timeout=15)
@@ -186,17 +188,19 @@ def _sasl_round(cluster: Cluster, rng: random.Random, tally: _Tally) -> None:
             [b"SCRAM-SHA-512", b"SCRAM-SHA-256", b"PLAIN", b"GSSAPI", b"", rng.randbytes(12)]
         )
         hs_version = rng.choice([0, 1, 1, 1])
+        if valid:
+            mechanism, hs_version = b"SCRAM-SHA-512", 1
         steps: list[tuple[str, bytes]] = []
-        if rng.random() < 0.85:
+        if valid or rng.random() < 0.85:
             steps.append(("handshake", mechanism))
         client = make_client("SCRAM-SHA-512", "fuzzer", PASSWORD)
         first = client.first()
-        steps.append(("token", _mutate(first, rng) if rng.random() < 0.5 else first))
+        steps.append(("token", _mutate(first, rng) if not valid and rng.random() < 0.5 else first))
         steps.append(("final", b""))
-        if rng.random() < 0.2:
+        if not valid and rng.random() < 0.2:
             rng.shuffle(steps)
         auth_version = rng.choice([0, 1, 2, 2])
-        mutated_final = rng.random() < 0.9
+        mutated_final = not valid and rng.random() < 0.9
         authenticated = False
         for kind, value in steps:
             corr += 1
@@ -257,6 +261,7 @@ def _sasl_round(cluster: Cluster, rng: random.Random, tally: _Tally) -> None:
             # only an unmutated exchange may succeed
             assert not mutated_final, "a mutated SCRAM client-final was accepted"
             tally.add("sasl: authenticated")
+        assert authenticated or not valid, "a correct SCRAM exchange was refused"
 
 
 def test_handshake_fuzzing(cluster: Cluster) -> None:
@@ -284,11 +289,13 @@ def test_handshake_fuzzing(cluster: Cluster) -> None:
     hello = _client_hello()
     tally = _Tally()
     pid = cluster.broker_pid()
-    for _ in range(CONNECTIONS):
-        if rng.random() < 0.4:
+    for i in range(CONNECTIONS):
+        if i % 25 == 0:
+            _sasl_round(cluster, rng, tally, valid=True)
+        elif rng.random() < 0.4:
             _tls_round(cluster, rng, hello, tally)
         else:
-            _sasl_round(cluster, rng, tally)
+            _sasl_round(cluster, rng, tally, valid=False)
     print(f"handshake fuzzing, seed {SEED}: {sorted(tally.counts.items())}")
     assert pid_alive(pid)
     assert tally.counts.get("sasl: authenticated", 0) > 0, "no valid exchange was tried"

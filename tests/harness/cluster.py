@@ -526,7 +526,7 @@ class Cluster:
         cfg = self.client_config
         if not cfg:
             return None
-        from broker.security.client_security import client_security
+        from kafka_security.client_security import client_security
 
         return client_security(cfg)
 

@@ -33,17 +33,15 @@ def _skip_tagged_fields(buf: bytes, pos: int) -> int:
 class RawConnection:
     """A plain-socket Kafka connection: hand-built frames and kio-encoded requests."""
 
-    def __init__(
-        self, host: str, port: int, timeout_s: float = 30.0, security: Any = None
-    ) -> None:
-        """``security``: a ``broker.security.client_security.ClientSecurity`` for a secured
+    def __init__(self, host: str, port: int, timeout_s: float = 30.0, security: Any = None) -> None:
+        """``security``: a ``kafka_security.client_security.ClientSecurity`` for a secured
         listener: TLS, then the SASL exchange, before the connection is handed over."""
         sock = socket.create_connection((host, port), timeout=timeout_s)
         self.sock = security.wrap(sock, host) if security is not None else sock
         self.sock.settimeout(timeout_s)
         self._correlation = 0
         if security is not None and security.sasl:
-            from broker.security.client_security import authenticate
+            from kafka_security.client_security import authenticate
 
             try:
                 authenticate(security, self.request)

@@ -187,7 +187,7 @@ def _tls_socket(cluster: Cluster) -> ssl.SSLSocket:
 
 def _raw_tls(cluster: Cluster) -> RawConnection:
     """A TLS connection that has not authenticated."""
-    from broker.security.client_security import client_security
+    from kafka_security.client_security import client_security
 
     tls_only = client_security(
         {"security.protocol": "SSL", "ssl.ca.location": cluster.client_config["ssl.ca.location"]}
@@ -215,7 +215,7 @@ def _closed_within(conn: RawConnection, seconds: float) -> float:
 
 
 def test_wrong_password_gets_sasl_authentication_failed_then_close(cluster: Cluster) -> None:
-    from broker.security.sasl_mechanisms import make_client
+    from kafka_security.sasl_mechanisms import make_client
 
     add_scram_user(cluster, "alice", ALICE_PASSWORD)
     conn = _raw_tls(cluster)
@@ -269,7 +269,7 @@ def test_authenticate_without_handshake_is_an_illegal_sasl_state(cluster: Cluste
 def test_a_replayed_scram_exchange_is_refused(cluster: Cluster) -> None:
     """The client-final message of a successful exchange, replayed on a new connection with
     the same client-first: the server's new nonce makes it invalid."""
-    from broker.security.sasl_mechanisms import make_client
+    from kafka_security.sasl_mechanisms import make_client
 
     add_scram_user(cluster, "alice", ALICE_PASSWORD)
     client = make_client("SCRAM-SHA-512", "alice", ALICE_PASSWORD)
@@ -293,7 +293,7 @@ def test_a_replayed_scram_exchange_is_refused(cluster: Cluster) -> None:
 
     # a message after completion on a good connection is out of order
     fresh = _raw_tls(cluster)
-    from broker.security.client_security import authenticate, client_security
+    from kafka_security.client_security import authenticate, client_security
 
     authenticate(client_security(user_conf(cluster, "alice", ALICE_PASSWORD)), fresh.request)
     again = _authenticate(fresh, client_final)
@@ -344,7 +344,7 @@ def test_no_password_reaches_the_broker_log(cluster: Cluster) -> None:
 def test_reauthentication_after_connections_max_reauth_ms(cluster_factory: Any) -> None:
     from kio.schema.metadata.v12.request import MetadataRequest
 
-    from broker.security.client_security import authenticate, client_security
+    from kafka_security.client_security import authenticate, client_security
 
     c = cluster_factory({"connections.max.reauth.ms": 1500}, security="sasl_plaintext")
     security = client_security(c.client_config)
@@ -456,7 +456,7 @@ def test_handshake_v0_then_raw_scram_tokens(cluster: Cluster) -> None:
     from kio.schema.metadata.v12.request import MetadataRequest
     from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest
 
-    from broker.security.sasl_mechanisms import make_client
+    from kafka_security.sasl_mechanisms import make_client
 
     add_scram_user(cluster, "alice", ALICE_PASSWORD)
     conn = _raw_tls(cluster)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from broker.config_def import ConfigError
-from broker.security import acl, scram
+from broker.security import acl
 from broker.security.acl import (
     AccessControlEntry,
     AclBinding,
@@ -27,21 +27,22 @@ from broker.security.acl import (
 )
 from broker.security.authorizer import AclAuthorizer, parse_super_users
 from broker.security.certificates import issue, make_ca
-from broker.security.jaas import SCRAM_MODULE, JaasConfigError, jaas_for, parse_jaas
 from broker.security.principal import (
     PrincipalMappingError,
     map_distinguished_name,
     parse_mapping_rules,
     subject_of,
 )
-from broker.security.sasl_mechanisms import (
+from broker.security.sasl_session import SaslSession, SaslState
+from kafka_security import scram
+from kafka_security.jaas import SCRAM_MODULE, JaasConfigError, jaas_for, parse_jaas
+from kafka_security.sasl_mechanisms import (
     IllegalSaslStateError,
     SaslAuthenticationError,
     make_client,
     make_server,
 )
-from broker.security.sasl_session import SaslSession, SaslState
-from broker.security.ssl_factory import client_context, server_context
+from kafka_security.ssl_factory import client_context, server_context
 
 # --- key stores through a real handshake ------------------------------------------------------
 
