@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.config_def import ConfigDef, ConfigError, ConfigType, at_least
-from broker.security.listener_security import SECURITY_CONFIGS, listener_override_name
+from broker.security.security_configs import SECURITY_CONFIGS, listener_override_name
 from broker.topic_config import TOPIC_CONFIG_SYNONYMS, TOPIC_CONFIGS, LogConfig
 
 __all__ = [
