@@ -13,7 +13,9 @@
  * varints are zigzag; a varint takes at most 5 bytes and a varlong 10 (Kafka's
  * ByteUtils.readVarint/readVarlong: "Varint is too long"), and may not overflow 32 (64)
  * bits, which Kafka's Java reader ignores but other readers do not. A record's fields must use exactly
- * its length; after `count` records nothing may remain. Nothing is allocated: the walk only
+ * its length; after `count` records nothing may remain. Record i's offsetDelta must be i (what
+ * every producer writes; a batch with gaps or disorder would give consumers offsets outside
+ * the batch's range or out of order). Nothing is allocated: the walk only
  * reads the buffer.
  *
  * Concurrency: the GIL is released while walking (the buffer stays exported meanwhile).
@@ -79,6 +81,8 @@ static const char *walk(const unsigned char *p, Py_ssize_t len, long long count)
             return err;
         if ((err = read_varint(p, end, &pos, 5, &v)) != NULL) /* offsetDelta */
             return err;
+        if (v != i) /* a produced batch numbers its records 0..count-1 */
+            return "record offset deltas are not 0, 1, 2, ... in order";
         for (int kv = 0; kv < 2; kv++) { /* key, value */
             if ((err = read_varint(p, end, &pos, 5, &v)) != NULL)
                 return err;

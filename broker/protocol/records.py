@@ -350,7 +350,7 @@ def _check_records_py(data: bytes | memoryview, count: int) -> None:
         raw &= (1 << bits) - 1
         return (raw >> 1) ^ -(raw & 1)
 
-    for _ in range(count):
+    for index in range(count):
         size = varint(end, 5)
         if size < 0 or size > end - pos:
             raise ValueError("record length runs past the end of the batch")
@@ -359,7 +359,8 @@ def _check_records_py(data: bytes | memoryview, count: int) -> None:
             raise ValueError("record too short for its attributes")
         pos += 1
         varint(rec_end, 10)
-        varint(rec_end, 5)
+        if varint(rec_end, 5) != index:
+            raise ValueError("record offset deltas are not 0, 1, 2, ... in order")
         for _kv in range(2):
             n = varint(rec_end, 5)
             if n < -1 or n > rec_end - pos:

@@ -38,6 +38,7 @@ def _only_leader_in_isr(c: Cluster, topic: str, leader: int, follower: int) -> b
     return True
 
 
+@pytest.mark.long  # make fault (the unclean election below stays in make test)
 def test_offline_partition_waits_for_an_in_sync_replica(
     cluster_factory: Callable[..., Cluster], topic_name: str
 ) -> None:

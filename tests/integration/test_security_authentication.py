@@ -135,7 +135,7 @@ def test_kafka_python_over_sasl_ssl_with_scram(cluster: Cluster) -> None:
     producer.flush(30)
     producer.close()
     consumer = KafkaConsumer(
-        topic, auto_offset_reset="earliest", consumer_timeout_ms=15000, **common
+        topic, auto_offset_reset="earliest", consumer_timeout_ms=4000, **common
     )
     values = [m.value for m in consumer]
     consumer.close()
@@ -447,6 +447,25 @@ def test_mutual_tls_principal_from_the_certificate(cluster_factory: Any, tmp_pat
     }
     with pytest.raises(KafkaException):
         AdminClient(no_cert).list_topics(timeout=5)
+    # kafka-python with the admin's certificate
+    from kafka import KafkaConsumer, KafkaProducer
+
+    tls = {
+        "bootstrap_servers": c.bootstrap,
+        "security_protocol": "SSL",
+        "ssl_cafile": c.client_config["ssl.ca.location"],
+        "ssl_certfile": c.client_config["ssl.certificate.location"],
+        "ssl_keyfile": c.client_config["ssl.key.location"],
+    }
+    producer = KafkaProducer(**tls)
+    for i in range(5):
+        producer.send("mtls", value=b"kp%d" % i)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer("mtls", auto_offset_reset="earliest", consumer_timeout_ms=4000, **tls)
+    values = {m.value for m in consumer}
+    consumer.close()
+    assert {b"kp%d" % i for i in range(5)} <= values
     # Kafka's Java client with the PEM key store `cluster up` wrote
     run_java_client(c, "mtls-java", c.json["client_properties"])
 

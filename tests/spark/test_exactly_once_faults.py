@@ -739,6 +739,7 @@ def pipeline(
 # --- the faults -------------------------------------------------------------------------------
 
 
+@pytest.mark.long  # make fault: 28 s of make test's budget
 def test_python_worker_killed_mid_task(pipeline: Callable[..., Pipeline]) -> None:
     p = pipeline("worker-killed")
     run = p.submit(

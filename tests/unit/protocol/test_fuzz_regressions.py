@@ -165,7 +165,23 @@ if records._check_records is not records._check_records_py:
 def test_c_and_python_record_checks_agree(check: Callable[[bytes, int], None], case: str) -> None:
     with pytest.raises(ValueError):
         check(MALFORMED[case], 1)
-    check(_record(*GOOD) * 3, 3)
+    check(_numbered(3), 3)
+
+
+def _numbered(count: int) -> bytes:
+    """``count`` good records with offset deltas 0, 1, 2, ..."""
+    return b"".join(_record(GOOD[0], GOOD[1], wire.zigzag(i), *GOOD[3:]) for i in range(count))
+
+
+@pytest.mark.parametrize("check", CHECKERS, ids=lambda c: c.__module__)
+def test_record_offset_deltas_must_count_from_zero(check: Callable[[bytes, int], None]) -> None:
+    """A batch whose records' offset deltas skip or go back (a fuzzed batch once stored as
+    deltas 0, 1, 47, 3) is refused: consumers would see offsets outside the batch."""
+    skipping = _numbered(2) + _record(GOOD[0], GOOD[1], wire.zigzag(47), *GOOD[3:])
+    with pytest.raises(ValueError, match="offset deltas"):
+        check(skipping, 3)
+    with pytest.raises(ValueError, match="offset deltas"):
+        check(_record(*GOOD) * 2, 2)  # both 0
 
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4])
