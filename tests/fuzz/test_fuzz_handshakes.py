@@ -13,7 +13,7 @@
 
 Afterwards the broker process is alive, a real client still produces and consumes over
 SASL_SSL, and the broker's log holds no ERROR and no traceback. ``MILLRACE_FUZZ_HANDSHAKES``
-sets the number of connections (default 250).
+sets the number of connections (default 200).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ pytestmark = [
     pytest.mark.cluster_config(brokers=1, security="sasl_ssl"),
 ]
 
-CONNECTIONS = int(os.environ.get("MILLRACE_FUZZ_HANDSHAKES", "250"))
+CONNECTIONS = int(os.environ.get("MILLRACE_FUZZ_HANDSHAKES", "200"))
 SEED = 28
 PASSWORD = "fuzz-user-password"
 

@@ -320,6 +320,9 @@ def _transaction(producer: Producer, topic: str, i: int) -> None:
     producer.commit_transaction(60)
 
 
+# make fault (37 s): the group coordinator's twin of this test stays in make test
+@pytest.mark.fault
+@pytest.mark.long
 def test_new_transaction_coordinator_loads_a_compacted_state_and_knows_the_id(
     cluster: Cluster,
 ) -> None:
