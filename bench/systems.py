@@ -191,7 +191,9 @@ class KafkaSystem(System):
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "log4j.properties").write_text(log4j)
         self._procs: list[subprocess.Popen[bytes]] = []
+        self._zk = zk_connect + "/apache-kafka"
         ports = [free_port() for _ in range(brokers)]
+        self._ports = ports
         self.bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports)
         try:
             for i, port in enumerate(ports):
@@ -243,6 +245,19 @@ class KafkaSystem(System):
         self.pids.append(proc.pid)
         self.data_dirs.append(data)
         self.homes.append(home)
+
+    def restart(self, broker_id: int, timeout_s: float = 120.0) -> None:
+        """Start broker ``broker_id`` again (after it was killed) with the same settings and
+        data; returns once it listens and is registered (the cluster shows every broker)."""
+        dead = self._procs[broker_id]
+        if dead.poll() is None:
+            raise RuntimeError(f"Kafka broker {broker_id} (pid {dead.pid}) is still running")
+        procs, pids = list(self._procs), list(self.pids)
+        data_dirs, homes = list(self.data_dirs), list(self.homes)
+        self._start(broker_id, self._ports[broker_id], self._zk)
+        procs[broker_id], pids[broker_id] = self._procs[-1], self.pids[-1]
+        self._procs, self.pids, self.data_dirs, self.homes = procs, pids, data_dirs, homes
+        self._wait_ready(timeout_s)
 
     @property
     def ssl_bootstrap(self) -> str:

@@ -235,6 +235,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "controller.socket.timeout.ms", _T.INT, 30_000, "controller-to-broker request timeout"
         ),
         ConfigDef("controlled.shutdown.enable", _T.BOOLEAN, True, "controlled shutdown"),
+        ConfigDef(
+            "millrace.broker.failure.detection.enable",
+            _T.BOOLEAN,
+            True,
+            "fail a dead broker process over before its ZooKeeper session expires "
+            "(docs/failover.md)",
+        ),
         ConfigDef("controlled.shutdown.max.retries", _T.INT, 3, "controlled shutdown retries"),
         ConfigDef("controlled.shutdown.retry.backoff.ms", _T.LONG, 5000, "retry backoff"),
         ConfigDef("auto.leader.rebalance.enable", _T.BOOLEAN, True, "auto leader rebalance"),

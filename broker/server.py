@@ -44,7 +44,8 @@ from broker.config import BrokerConfig
 from broker.config_def import ConfigError
 from broker.controller import znodes
 from broker.controller.channel import ControllerChannel
-from broker.controller.controller import Controller
+from broker.controller.controller import Controller, LivenessFactory
+from broker.controller.liveness import BrokerLivenessWatch
 from broker.controller.zk_client import ZkClient
 from broker.coordinator.group.coordinator import GroupCoordinator
 from broker.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
@@ -174,6 +175,7 @@ class Broker:
             channel_factory=functools.partial(
                 ControllerChannel, security=self.inter_broker_security
             ),
+            liveness_factory=self._liveness_factory(),
         )
         self.credentials = credentials = CredentialCache(zk)
         await credentials.start()
@@ -246,6 +248,16 @@ class Broker:
         await self.controller.startup()
         self._start_periodic_tasks()
         log.info("broker %d started (cluster %s)", self.broker_id, cluster_id)
+
+    def _liveness_factory(self) -> LivenessFactory | None:
+        """The controller's watch of broker processes (docs/failover.md), unless
+        ``millrace.broker.failure.detection.enable`` is off."""
+        if not self.config["millrace.broker.failure.detection.enable"]:
+            return None
+        security = self.inter_broker_security
+        return functools.partial(
+            BrokerLivenessWatch, ssl_context=security.ssl_context if security else None
+        )
 
     def _authorizer(self, zk: ZkClient) -> AclAuthorizer | None:
         """``authorizer.class.name``: Kafka's ZooKeeper ACL authorizer (by Kafka's class name)

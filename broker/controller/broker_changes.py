@@ -24,6 +24,7 @@ from collections.abc import Mapping
 
 from broker.controller import znodes
 from broker.controller.context import ControllerContext
+from broker.controller.liveness import BrokerLivenessWatch
 from broker.controller.requests import ControllerRequestSender
 from broker.controller.state_driver import StateDriver
 from broker.controller.state_machines import ReplicaState
@@ -73,6 +74,8 @@ class BrokerChanges:
         self.driver = driver
         self.requests = requests
         self.deletion = deletion
+        self.liveness: BrokerLivenessWatch | None = None
+        """Set by the controller while it is active (None: detection by session expiry only)."""
 
     async def fail_over_unseen_bounces(self) -> None:
         """At fail-over, once the partition states are loaded: the brokers that restarted
@@ -88,11 +91,15 @@ class BrokerChanges:
             await self.on_bounce(bounced)
 
     async def refresh_live_brokers(self) -> tuple[set[int], set[int]]:
-        """Re-read ``/brokers/ids``; returns (new or bounced brokers, dead or bounced)."""
+        """Re-read ``/brokers/ids``; returns (new or bounced brokers, dead or bounced). A
+        fenced broker's registration (the epoch it was fenced at) is not counted live; a new
+        registration of it (a restart) is."""
         ctx = self.ctx
         ids = set(await self.zk.get_broker_ids())
         new: set[int] = set()
         dead = set(ctx.live_brokers) - ids
+        for broker_id in set(ctx.fenced) - ids:
+            del ctx.fenced[broker_id]  # its session expired at last
         for broker_id in sorted(ids):
             epoch = await self.zk.get_broker_epoch(broker_id)
             node = await self.zk.get_broker(broker_id)
@@ -100,6 +107,14 @@ class BrokerChanges:
                 if broker_id in ctx.live_brokers:
                     dead.add(broker_id)
                 continue
+            fenced_at = ctx.fenced.get(broker_id)
+            if fenced_at is not None:
+                if fenced_at == epoch:
+                    if self.liveness is not None:
+                        host, port = ctx.address(node)
+                        self.liveness.watch(broker_id, epoch, host, port, dead=True)
+                    continue
+                del ctx.fenced[broker_id]  # restarted: a new registration
             if broker_id in ctx.live_brokers and ctx.broker_epochs.get(broker_id) != epoch:
                 dead.add(broker_id)  # bounced: treat as a failure then a start-up
                 new.add(broker_id)
@@ -119,7 +134,70 @@ class BrokerChanges:
             for broker_id in sorted(new):
                 host, port = ctx.address(ctx.live_brokers[broker_id])
                 channel.add_broker(broker_id, host, port)
+        self._sync_liveness()
         return new, dead
+
+    def _sync_liveness(self) -> None:
+        """Watch every live broker but the controller's own, and the fenced ones."""
+        liveness = self.liveness
+        if liveness is None:
+            return
+        ctx = self.ctx
+        for broker_id, node in ctx.live_brokers.items():
+            if broker_id != self.requests.controller_id:
+                host, port = ctx.address(node)
+                liveness.watch(broker_id, ctx.broker_epochs[broker_id], host, port)
+        liveness.keep_only(
+            (set(ctx.live_brokers) | set(ctx.fenced)) - {self.requests.controller_id}
+        )
+
+    async def on_unreachable(self, broker_id: int, epoch: int) -> None:
+        """The liveness watch found the broker's process gone (docs/failover.md): if its
+        registration still has ``epoch``, fence it and fail it over now, as the expiry of its
+        session would later; a changed registration goes the broker-change way."""
+        ctx = self.ctx
+        if ctx.broker_epochs.get(broker_id) != epoch or broker_id == self.requests.controller_id:
+            return
+        if await self.zk.get_broker_epoch(broker_id) != epoch:
+            await self.on_change()
+            return
+        log.warning(
+            "controller: broker %d (epoch %d) died (its port refuses connections): fenced, "
+            "its leaderships move now",
+            broker_id,
+            epoch,
+        )
+        ctx.fenced[broker_id] = epoch
+        ctx.live_brokers.pop(broker_id, None)
+        ctx.broker_epochs.pop(broker_id, None)
+        ctx.shutting_down.discard(broker_id)
+        ctx.replicas_on_offline_dirs.pop(broker_id, None)
+        if self.requests.channel is not None:
+            self.requests.channel.remove_broker(broker_id)
+        await self.on_failure({broker_id})
+
+    async def on_reachable(self, broker_id: int, epoch: int) -> None:
+        """A fenced broker answers again: if its registration is still the fenced one, the
+        report was false (the process lives): start it again (it follows, catches up and
+        rejoins the ISR). A new registration goes the broker-change way."""
+        ctx = self.ctx
+        if ctx.fenced.get(broker_id) != epoch:
+            return
+        node = await self.zk.get_broker(broker_id)
+        if node is None or await self.zk.get_broker_epoch(broker_id) != epoch:
+            await self.on_change()
+            return
+        log.warning(
+            "controller: fenced broker %d (epoch %d) is alive: started again", broker_id, epoch
+        )
+        del ctx.fenced[broker_id]
+        ctx.live_brokers[broker_id] = node
+        ctx.broker_epochs[broker_id] = epoch
+        if self.requests.channel is not None:
+            host, port = ctx.address(node)
+            self.requests.channel.add_broker(broker_id, host, port)
+        self._sync_liveness()
+        await self.on_startup({broker_id})
 
     async def on_change(self) -> None:
         """``/brokers/ids`` changed: fail the brokers that went, start the new ones, and

@@ -5,7 +5,8 @@ events: live brokers with their epochs (the czxid of ``/brokers/ids/<id>``, whic
 restarted broker from the old one), brokers in controlled shutdown, topic ids and the
 version of each topic znode, every partition's replica assignment (with in-flight
 reassignment) and its leader/ISR state with the version of its state znode (for conditional
-updates), the topics being deleted, the replicas in offline log directories of live brokers
+updates), the brokers fenced because their process died while their registration lives
+on (docs/failover.md), the topics being deleted, the replicas in offline log directories of live brokers
 (KIP-112: learnt from LeaderAndIsr responses with KAFKA_STORAGE_ERROR, forgotten when the
 broker stops or restarts), and (as in Kafka) the partition and replica states of the state
 machines. A replica is *online* when its broker is live and it is not in an offline log
@@ -35,6 +36,9 @@ class ControllerContext:
     live_brokers: dict[int, znodes.BrokerIdZNode] = field(default_factory=dict)
     broker_epochs: dict[int, int] = field(default_factory=dict)
     shutting_down: set[int] = field(default_factory=set)
+    # brokers whose process was found dead (docs/failover.md) -> the broker epoch of the
+    # registration that is still in ZooKeeper and is not counted live
+    fenced: dict[int, int] = field(default_factory=dict)
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     topic_versions: dict[str, int] = field(default_factory=dict)
     assignments: dict[TopicPartition, ReplicaAssignment] = field(default_factory=dict)

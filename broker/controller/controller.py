@@ -59,7 +59,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from broker.config import BrokerConfig
@@ -71,9 +71,12 @@ from broker.controller.event_manager import ControllerEventManager, NotControlle
 from broker.controller.events import (
     AlterReassignments,
     BrokerChange,
+    BrokerReachable,
+    BrokerUnreachable,
     ControlledShutdown,
     ControllerChange,
     ControllerEvent,
+    ControllerUnreachable,
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
@@ -92,6 +95,7 @@ from broker.controller.events import (
     TopicDeletionRequest,
 )
 from broker.controller.leader_changes import LeaderChanges
+from broker.controller.liveness import BrokerLivenessWatch, LivenessCallback
 from broker.controller.log_dir_failures import LogDirFailures
 from broker.controller.reassignment_manager import ReassignmentManager
 from broker.controller.requests import ControllerRequestSender
@@ -120,6 +124,10 @@ METADATA_WAIT_S = 10.0
 __all__ = ["Controller", "NotControllerError"]
 
 
+LivenessFactory = Callable[[LivenessCallback, LivenessCallback], BrokerLivenessWatch]
+"""(on_dead, on_back) -> the watch of broker processes (docs/failover.md)."""
+
+
 class Controller:
     """The controller role of one broker (active or standing by)."""
 
@@ -132,7 +140,10 @@ class Controller:
         topic_configs: TopicConfigManager,
         *,
         channel_factory: ChannelFactory = ControllerChannel,
+        liveness_factory: LivenessFactory | None = None,
     ) -> None:
+        """``liveness_factory``: builds the watch that finds dead broker processes before
+        their sessions expire (docs/failover.md); None: session expiry only."""
         self.zk = zk
         self.metadata = metadata
         self.config = config
@@ -152,6 +163,9 @@ class Controller:
         self.brokers = BrokerChanges(self.ctx, zk, self.driver, self.requests, self.deletion)
         self.events = ControllerEventManager(self._process, self._resign)
         self._channel_factory = channel_factory
+        self._liveness_factory = liveness_factory
+        # while another broker is the controller: the watch of its process (docs/failover.md)
+        self._controller_watch: BrokerLivenessWatch | None = None
         self._local_handler: LocalHandler | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -197,6 +211,7 @@ class Controller:
         self._tasks = []
         await self.events.stop()
         await self._resign()
+        await self._unwatch_controller()
 
     def _on_session_lost(self) -> None:
         """A lost ZooKeeper session means another broker may be controller now: stop acting
@@ -229,6 +244,14 @@ class Controller:
                 await self._resign()
             case BrokerChange():
                 await self._on_broker_change()
+            case ControllerUnreachable(broker_id=broker_id, czxid=czxid):
+                await self._on_controller_unreachable(broker_id, czxid)
+            case BrokerUnreachable(broker_id=broker_id, epoch=epoch):
+                if self.is_active:
+                    await self.brokers.on_unreachable(broker_id, epoch)
+            case BrokerReachable(broker_id=broker_id, epoch=epoch):
+                if self.is_active:
+                    await self.brokers.on_reachable(broker_id, epoch)
             case TopicChange():
                 await self._on_topic_change()
             case TopicDeletionRequest():
@@ -280,11 +303,14 @@ class Controller:
             await self._resign()
         if current is not None and current != self.broker_id:
             self.metadata.controller_id = current
+            await self._watch_controller()
             return
         epoch = await self.zk.try_elect_controller(self.broker_id)
         if epoch is None:
             self.metadata.controller_id = await self.zk.get_controller() or -1
+            await self._watch_controller()
             return
+        await self._unwatch_controller()
         versioned = await self.zk.get_controller_epoch()
         self.ctx.reset(epoch, versioned.zk_version if versioned else 0)
         self.epoch = epoch
@@ -299,11 +325,49 @@ class Controller:
             await self._resign()
             await self.zk.resign_controller(self.broker_id)
 
+    async def _watch_controller(self) -> None:
+        """Watch the active controller's process, so that its death starts the election at
+        once rather than at the expiry of its session (docs/failover.md)."""
+        if self._liveness_factory is None:
+            return
+        registration = await self.zk.get_controller_registration()
+        node = None if registration is None else await self.zk.get_broker(registration[0])
+        if registration is None or node is None or registration[0] == self.broker_id:
+            await self._unwatch_controller()
+            return  # a ControllerChange follows
+        controller_id, czxid = registration
+        if self._controller_watch is None:
+            put = self.events.put
+            self._controller_watch = self._liveness_factory(
+                lambda b, z: put(ControllerUnreachable(b, z)), lambda _b, _z: None
+            )
+        self._controller_watch.keep_only({controller_id})
+        host, port = self.ctx.address(node)
+        self._controller_watch.watch(controller_id, czxid, host, port)
+
+    async def _unwatch_controller(self) -> None:
+        if self._controller_watch is not None:
+            watch, self._controller_watch = self._controller_watch, None
+            await watch.close()
+
+    async def _on_controller_unreachable(self, controller_id: int, czxid: int) -> None:
+        """The active controller's process is gone: delete its ``/controller`` (only that
+        znode); the ZooKeeper watch then runs the election."""
+        if await self.zk.delete_dead_controller(controller_id, czxid):
+            log.warning(
+                "controller %d died (its port refuses connections): deleted its /controller "
+                "so that the election runs now",
+                controller_id,
+            )
+
     async def _resign(self) -> None:
         if self.epoch is not None:
             log.info("broker %d resigns as controller (epoch %d)", self.broker_id, self.epoch)
         self.epoch = None
         self.ctx.reset()
+        if self.brokers.liveness is not None:
+            liveness, self.brokers.liveness = self.brokers.liveness, None
+            await liveness.close()
         if self.requests.channel is not None:
             channel, self.requests.channel = self.requests.channel, None
             await channel.close()
@@ -312,6 +376,11 @@ class Controller:
         ctx = self.ctx
         assert self._local_handler is not None, "set_local_handler was not called"
         self.requests.channel = self._channel_factory(self.broker_id, self._local_handler)
+        if self._liveness_factory is not None:
+            put = self.events.put
+            self.brokers.liveness = self._liveness_factory(
+                lambda b, e: put(BrokerUnreachable(b, e)), lambda b, e: put(BrokerReachable(b, e))
+            )
         await self.brokers.refresh_live_brokers()
         for name in await self.zk.get_all_topics():
             await self.driver.load_topic(name)

@@ -79,6 +79,33 @@ class BrokerChange(ControllerEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerUnreachable(ControllerEvent):
+    """The liveness watch found the broker's process gone (its port refuses connections):
+    fence it if its registration still has ``epoch`` (docs/failover.md)."""
+
+    broker_id: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerReachable(ControllerEvent):
+    """A fenced broker's port accepts connections again: start it again if its registration
+    still has ``epoch`` (the death report was false)."""
+
+    broker_id: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerUnreachable(ControllerEvent):
+    """On a broker that is not the controller: the active controller's process is gone (its
+    port refuses connections); ``czxid`` identifies its ``/controller`` znode."""
+
+    broker_id: int
+    czxid: int
+
+
+@dataclass(frozen=True, slots=True)
 class TopicChange(ControllerEvent):
     """``/brokers/topics`` changed: topics created directly in ZooKeeper."""
 
@@ -178,10 +205,13 @@ class ControlledShutdown(ControllerRequest[list[TopicPartition]]):
 __all__ = [
     "AlterReassignments",
     "BrokerChange",
+    "BrokerReachable",
+    "BrokerUnreachable",
     "ControlledShutdown",
     "ControllerChange",
     "ControllerEvent",
     "ControllerRequest",
+    "ControllerUnreachable",
     "CreatePartitions",
     "CreateTopic",
     "DeleteTopic",

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -58,6 +59,7 @@ from broker.controller.znodes import (
     ClusterIdZNode,
     ControllerEpochZNode,
     ControllerZNode,
+    Endpoint,
     ProducerIdBlockZNode,
     ZNodeDecodeError,
     now_ms_str,
@@ -166,8 +168,13 @@ class ZkClient(ZkTopicOps, ZkSecurityOps):
 
     async def register_broker(self, znode: BrokerIdZNode, wait_s: float = 0.0) -> int:
         """Create the ephemeral ``/brokers/ids/<id>``; return the broker epoch (its czxid).
+        Call it once this broker's listeners are bound.
 
-        If another live session holds the id, wait up to ``wait_s`` seconds for it to go
+        A znode that advertises exactly this broker's endpoints was left by a previous process
+        of this broker (which no longer listens on them: this one does) and is replaced at
+        once (docs/failover.md). If another running broker holds the id (one of its endpoints
+        accepts connections), raise :class:`BrokerIdAlreadyRegisteredError` at once. If
+        another live session holds the id, wait up to ``wait_s`` seconds for it to go
         away (a hard-killed previous instance's session expires after the session timeout),
         then raise :class:`BrokerIdAlreadyRegisteredError`. A znode left by one of this
         client's own expired sessions is replaced (Kafka's KAFKA-7165 workaround). The znode
@@ -208,6 +215,25 @@ class ZkClient(ZkTopicOps, ZkSecurityOps):
                 with contextlib.suppress(NoNodeError, BadVersionError):
                     self._kz.delete(path, version=stat.version)
                 continue
+            previous = _registered_endpoints(existing, znode.broker_id)
+            if previous == set(znode.endpoints):
+                # a previous process of this broker: it advertised the endpoints this process
+                # has bound, so it no longer listens (docs/failover.md)
+                log.warning(
+                    "replacing %s left by a previous process of this broker (session 0x%x)",
+                    path,
+                    owner,
+                )
+                with contextlib.suppress(NoNodeError, BadVersionError):
+                    self._kz.delete(path, version=stat.version)
+                continue
+            answering = _answering_endpoint(previous)
+            if answering is not None:
+                raise BrokerIdAlreadyRegisteredError(
+                    f"broker id {znode.broker_id} is already registered in ZooKeeper by a "
+                    f"running broker that answers at {answering} ({path}, session "
+                    f"0x{owner:x}): give this broker another broker.id"
+                )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise BrokerIdAlreadyRegisteredError(
@@ -412,6 +438,35 @@ class ZkClient(ZkTopicOps, ZkSecurityOps):
 
         return await self.watch_data(CONTROLLER_PATH, on_data)
 
+    async def get_controller_registration(self) -> tuple[int, int] | None:
+        """The controller's broker id and the czxid of its ``/controller`` znode, or None."""
+
+        def work() -> tuple[int, int] | None:
+            try:
+                data, stat = self._kz.get(CONTROLLER_PATH)
+                return ControllerZNode.decode(data).broker_id, int(stat.czxid)
+            except (NoNodeError, ZNodeDecodeError):
+                return None
+
+        return await self._run(work)
+
+    async def delete_dead_controller(self, broker_id: int, czxid: int) -> bool:
+        """Delete ``/controller`` if it still is the znode (``czxid``) of ``broker_id``, whose
+        process was found dead (docs/failover.md): the election then runs at once instead of
+        at the expiry of its session. Returns whether it was deleted."""
+
+        def work() -> bool:
+            try:
+                data, stat = self._kz.get(CONTROLLER_PATH)
+                if ControllerZNode.decode(data).broker_id != broker_id or stat.czxid != czxid:
+                    return False
+                self._kz.delete(CONTROLLER_PATH, version=stat.version)
+            except (NoNodeError, BadVersionError, ZNodeDecodeError):
+                return False
+            return True
+
+        return await self._run(work)
+
     async def resign_controller(self, broker_id: int) -> None:
         """Delete ``/controller`` if this session holds it for ``broker_id``."""
 
@@ -481,3 +536,26 @@ __all__ = [
     "ZkOperations",
     "ZkState",
 ]
+
+
+def _registered_endpoints(data: bytes, broker_id: int) -> set[str]:
+    """The endpoints a registration advertises (empty when it cannot be read)."""
+    try:
+        return set(BrokerIdZNode.decode(data, broker_id).endpoints)
+    except ValueError:
+        return set()
+
+
+def _answering_endpoint(endpoints: set[str]) -> str | None:
+    """The first of ``endpoints`` (``LISTENER://host:port``) that accepts a TCP connection."""
+    for text in sorted(endpoints):
+        try:
+            ep = Endpoint.parse(text)
+        except ValueError:
+            continue
+        try:
+            with socket.create_connection((ep.host, ep.port), timeout=1.0):
+                return f"{ep.host}:{ep.port}"
+        except OSError:
+            continue
+    return None

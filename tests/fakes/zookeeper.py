@@ -429,6 +429,23 @@ class FakeZkClient:
 
         return await self.watch_data(znodes.CONTROLLER_PATH, on_data)
 
+    async def get_controller_registration(self) -> tuple[int, int] | None:
+        self._check()
+        node = self.zk.exists(znodes.CONTROLLER_PATH)
+        if node is None:
+            return None
+        return znodes.ControllerZNode.decode(node.data).broker_id, node.czxid
+
+    async def delete_dead_controller(self, broker_id: int, czxid: int) -> bool:
+        self._check()
+        node = self.zk.exists(znodes.CONTROLLER_PATH)
+        if node is None or node.czxid != czxid:
+            return False
+        if znodes.ControllerZNode.decode(node.data).broker_id != broker_id:
+            return False
+        self.zk.delete(znodes.CONTROLLER_PATH)
+        return True
+
     async def resign_controller(self, broker_id: int) -> None:
         self._check()
         if self._controller_holder() == (broker_id, self.session_id):

@@ -477,6 +477,19 @@ class Cluster:
             zk.stop()
             zk.close()
 
+    def zk_stat_czxid(self, path: str) -> int | None:
+        """The czxid of one znode (a registration's broker epoch), None if it is absent."""
+        from kazoo.client import KazooClient
+
+        zk = KazooClient(hosts=str(self.json["zookeeper"]), timeout=10.0)
+        zk.start(timeout=15)
+        try:
+            stat = zk.exists(path)
+            return None if stat is None else int(stat.czxid)
+        finally:
+            zk.stop()
+            zk.close()
+
     def controller_epoch(self) -> int:
         """``/controller_epoch`` from ZooKeeper."""
         data = self.zk_get("/controller_epoch")

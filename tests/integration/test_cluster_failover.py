@@ -12,6 +12,10 @@ acknowledged, while brokers are killed and restarted:
   before the process exits; nothing acknowledged is lost.
 * Rolling restart of all brokers (SIGTERM + start, full ISR in between): nothing lost or
   duplicated.
+* Fast crash failover (docs/failover.md): with the default session timeout, a SIGKILLed
+  leader and then the SIGKILLed controller lose their leaderships while their registrations
+  are still in ZooKeeper, their restarts register at once, and a paused leader is not
+  failed over.
 * SIGKILL of the controller: another broker takes over with a higher ``/controller_epoch``,
   creates topics, and moves a leader by preferred leader election (ElectLeaders).
 * The leader SIGKILL runs on a SASL_SSL cluster, the controller SIGKILL on a mutual-TLS one
@@ -275,6 +279,70 @@ def test_leader_sigkill_and_restart(
         c.start_broker(victim)
         c.wait_isr_complete(topic_name, 90, brokers=BROKERS)
         producer.wait_progress(200, 60, f"after broker {victim} rejoined")
+    finally:
+        producer.stop()
+    producer.check_served(c)
+    check_identical_logs(c, topic_name, partitions)
+
+
+def wait_failed_over_before_expiry(c: Cluster, topic: str, dead: int) -> None:
+    """Until a live broker's Metadata shows ``dead`` leading nothing of ``topic`` and in no
+    ISR, checking at that moment that ``dead``'s registration is still in ZooKeeper: the
+    move came from the controller's watch of the process (docs/failover.md), not from the
+    expiry of its ZooKeeper session."""
+    via = next(b for b in BROKERS if b != dead)
+
+    def moved() -> bool:
+        try:
+            view = c.describe_via(via, topic)
+        except (LookupError, OSError):
+            return False
+        return all(ld >= 0 and ld != dead and dead not in isr for ld, _r, isr in view.values())
+
+    c.wait_for(moved, 60, f"broker {dead} out of {topic}'s leaders and ISRs")
+    registration = c.zk_get(f"/brokers/ids/{dead}")
+    assert registration is not None, (
+        f"broker {dead}'s leaderships moved only once its ZooKeeper session expired"
+    )
+
+
+def test_dead_processes_fail_over_before_their_sessions_expire(
+    cluster_factory: Callable[..., Cluster], topic_name: str
+) -> None:
+    # Kafka's default session timeout (ZooKeeper caps it at 20 ticks): the fast path must
+    # not need a short one
+    c = start_cluster(cluster_factory, {"zookeeper.session.timeout.ms": "18000"})
+    partitions = 3
+    make_topic(c, topic_name, partitions)
+    producer = ContinuousProducer(c, topic_name, partitions).start()
+    try:
+        producer.wait_progress(200, 60, "before the faults")
+        controller = c.controller_id()
+        led = {p: leader for p, (leader, _r, _i) in c.describe(topic_name).items()}
+        victim = next(b for b in led.values() if b != controller)
+
+        # a paused process keeps its sockets: nothing moves (no false failover)
+        states = {p: partition_state(c, topic_name, p) for p in range(partitions)}
+        with c.paused(victim):
+            time.sleep(3)
+        assert {p: partition_state(c, topic_name, p) for p in range(partitions)} == states, (
+            f"broker {victim} was failed over while only paused"
+        )
+        producer.wait_progress(100, 60, f"after broker {victim} was resumed")
+
+        # a SIGKILLed leader, then the SIGKILLed controller (also a leader): each is failed
+        # over while its registration lives on, and restarted at once (the new process
+        # replaces its predecessor's stale registration)
+        for dead in (victim, controller):
+            epoch = c.zk_stat_czxid(f"/brokers/ids/{dead}")
+            c.stop_broker(hard=True, broker_id=dead)
+            wait_failed_over_before_expiry(c, topic_name, dead)
+            producer.wait_progress(200, 60, f"after SIGKILL of broker {dead}")
+            c.start_broker(dead)
+            assert c.zk_stat_czxid(f"/brokers/ids/{dead}") != epoch
+            c.wait_isr_complete(topic_name, 90, brokers=BROKERS)
+            producer.wait_progress(200, 60, f"after broker {dead} rejoined")
+        assert c.controller_id() != controller
     finally:
         producer.stop()
     producer.check_served(c)

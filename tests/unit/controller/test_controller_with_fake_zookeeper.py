@@ -20,7 +20,12 @@ from broker.api.inter_broker import handle_update_metadata
 from broker.config import BrokerConfig
 from broker.controller import znodes
 from broker.controller.controller import Controller, NotControllerError
-from broker.controller.events import LeaderImbalanceCheck
+from broker.controller.events import (
+    BrokerReachable,
+    BrokerUnreachable,
+    ControllerUnreachable,
+    LeaderImbalanceCheck,
+)
 from broker.controller.requests import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
 from broker.controller.state_machines import PartitionState, ReplicaState
 from broker.controller.topic_admin import TopicExistsError
@@ -782,3 +787,88 @@ async def test_failover_without_bounces_changes_no_leader(cluster: Cluster) -> N
     await cluster.stop(1)
     after = [await cluster.state(TP("t", p)) for p in (0, 1)]
     assert [(s.leader, s.isr) for s in after] == [(2, (2, 3)), (3, (3, 2))]
+
+
+# --------------------------------------------------------------------------- dead processes
+
+
+@cluster_test()
+async def test_a_dead_process_is_fenced_before_its_session_expires(cluster: Cluster) -> None:
+    """docs/failover.md: the liveness watch reports broker 2's process gone while its
+    registration lives on: it is failed over at once, and the same registration is not
+    counted live by later broker changes."""
+    await cluster.create_topic("t", {0: [2, 3, 1], 1: [3, 2, 1]})
+    ctl = cluster.active
+    epoch = ctl.ctx.broker_epochs[2]
+    ctl.events.put(BrokerUnreachable(2, epoch))
+    await cluster.settle()
+    st = await cluster.state(TP("t", 0))
+    assert (st.leader, st.leader_epoch, st.isr) == (3, 1, (3, 1))
+    assert 2 not in (await cluster.state(TP("t", 1))).isr
+    assert ctl.ctx.fenced == {2: epoch} and 2 not in ctl.ctx.live_brokers
+    assert await cluster.any_zk().get_broker_epoch(2) == epoch  # still registered
+    assert {b.id for b in cluster.nodes[1].metadata.brokers()} == {1, 3}
+    # another broker change does not bring the fenced registration back
+    await cluster.start(4)
+    assert ctl.ctx.fenced == {2: epoch} and 2 not in ctl.ctx.live_brokers
+    # its session expires at last: the fence is dropped
+    await cluster.stop(2)
+    assert ctl.ctx.fenced == {}
+
+
+@cluster_test()
+async def test_a_false_death_report_is_undone_when_the_broker_answers(cluster: Cluster) -> None:
+    await cluster.create_topic("t", {0: [2, 3, 1]})
+    ctl = cluster.active
+    epoch = ctl.ctx.broker_epochs[2]
+    ctl.events.put(BrokerUnreachable(2, epoch + 1))  # about another registration: ignored
+    await cluster.settle()
+    assert (await cluster.state(TP("t", 0))).leader == 2
+    ctl.events.put(BrokerUnreachable(2, epoch))
+    await cluster.settle()
+    assert (await cluster.state(TP("t", 0))).leader == 3
+    ctl.events.put(BrokerReachable(2, epoch))
+    await cluster.settle()
+    assert ctl.ctx.fenced == {} and ctl.ctx.broker_epochs[2] == epoch
+    assert ctl.ctx.replica_states.state((TP("t", 0), 2)) is ReplicaState.OnlineReplica
+    assert {b.id for b in cluster.nodes[1].metadata.brokers()} == {1, 2, 3}
+    # it is a follower now (a higher leader epoch), back in the ISR once it catches up
+    assert (await cluster.state(TP("t", 0))).leader == 3
+
+
+@cluster_test()
+async def test_a_restarted_fenced_broker_is_started_with_its_new_epoch(cluster: Cluster) -> None:
+    await cluster.create_topic("t", {0: [2, 3, 1]})
+    ctl = cluster.active
+    old = ctl.ctx.broker_epochs[2]
+    ctl.events.put(BrokerUnreachable(2, old))
+    await cluster.settle()
+    await _bounce(cluster, 2)  # a new process, a new registration
+    await cluster.settle()
+    assert ctl.ctx.fenced == {} and ctl.ctx.broker_epochs[2] != old
+    assert ctl.ctx.replica_states.state((TP("t", 0), 2)) is ReplicaState.OnlineReplica
+
+
+@cluster_test()
+async def test_a_dead_controller_is_replaced_without_waiting_for_its_session(
+    cluster: Cluster,
+) -> None:
+    """Another broker found the controller's process gone: it deletes that /controller
+    (and only that one), and the election runs at once."""
+    zk = cluster.any_zk()
+    registration = await zk.get_controller_registration()
+    assert registration is not None and registration[0] == 1
+    c2 = cluster.nodes[2].controller
+    assert c2 is not None
+    c2.events.put(ControllerUnreachable(1, registration[1] + 1))  # not that znode: kept
+    await cluster.settle()
+    assert await zk.get_controller_registration() == registration
+    # the controller's process dies; its ZooKeeper session lives on (no heartbeats missed yet)
+    c1 = cluster.nodes[1].controller
+    assert c1 is not None
+    await c1.shutdown()
+    assert await zk.get_controller_registration() == registration
+    c2.events.put(ControllerUnreachable(1, registration[1]))
+    await cluster.settle()
+    assert cluster.active.broker_id in (2, 3)
+    assert (await zk.get_controller_epoch()).value == 2  # type: ignore[union-attr]
