@@ -21,6 +21,14 @@ directory, starts ``java ... ZooKeeperServerMain zoo.cfg`` in its own session (s
 aimed at the parent does not reach it), and declares it ready only when it answers the
 four-letter words ``ruok`` with ``imok`` *and* ``srvr`` with a ``Mode:`` line (``ruok`` alone
 also answers when the server failed to load its database).
+
+An *ensemble member* (``server_id`` and ``servers`` given) runs ``QuorumPeerMain`` instead of
+``ZooKeeperServerMain``: its ``zoo.cfg`` lists every member as
+``server.N=host:peerPort:electionPort`` (:func:`zoo_cfg`), its data directory holds a ``myid``
+file with its own id, and it serves (``srvr`` answers ``Mode: leader`` or ``Mode: follower``)
+only while a majority of the members (:func:`quorum_size`) runs and has elected a leader. A
+member without a quorum answers ``ruok`` but not ``srvr``'s ``Mode:``; :func:`zookeeper_mode`
+tells the cases apart and :func:`ensemble_serving` is the readiness of a whole ensemble.
 """
 
 from __future__ import annotations
@@ -35,14 +43,22 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 log = logging.getLogger(__name__)
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
-FOUR_LETTER_WORDS = "ruok,srvr,stat"
+ENSEMBLE_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+# cons: the connections of a node with their session ids (which node a broker's session uses)
+FOUR_LETTER_WORDS = "ruok,srvr,stat,cons"
+# initLimit / syncLimit in ticks (ZooKeeper's sample zoo.cfg values)
+DEFAULT_INIT_LIMIT = 10
+DEFAULT_SYNC_LIMIT = 5
+# srvr's Mode: values of a node that serves requests
+SERVING_MODES = frozenset({"leader", "follower", "standalone", "observer"})
 DEFAULT_JVM_OPTIONS: tuple[str, ...] = ("-Xmx512m", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
 
 # (name, regex on the file name). All of these are required.
@@ -79,6 +95,142 @@ class ZooKeeperJarsNotFoundError(ZooKeeperError):
 
 class ZooKeeperStartError(ZooKeeperError):
     """The ZooKeeper process died, or did not answer in time; the message has the log tail."""
+
+
+class ZooKeeperConfigError(ZooKeeperError, ValueError):
+    """An ensemble's settings do not fit together (ids, ``server.N`` lines, ports)."""
+
+
+@dataclass(frozen=True)
+class QuorumServer:
+    """One ``server.N=host:peerPort:electionPort`` line of an ensemble's ``zoo.cfg``: the id
+    of the member (its ``myid``), the address its peers reach it at, the port followers
+    connect to the leader on (``peer_port``) and the leader-election port."""
+
+    id: int
+    host: str
+    peer_port: int
+    election_port: int
+
+    def line(self) -> str:
+        return f"server.{self.id}={self.host}:{self.peer_port}:{self.election_port}"
+
+    def spec(self) -> str:
+        """``N=host:peer:election``, what :func:`parse_server` reads back."""
+        return f"{self.id}={self.host}:{self.peer_port}:{self.election_port}"
+
+
+def _port(text: str, what: str, source: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise ZooKeeperConfigError(f"{source}: {what} {text!r} is not a number") from None
+    if not 0 < port < 65536:
+        raise ZooKeeperConfigError(f"{source}: {what} {port} is not a port (1-65535)")
+    return port
+
+
+def parse_server(spec: str, server_id: int | None = None) -> QuorumServer:
+    """A member from ``N=host:peer:election`` (``--server``), or from the value of a
+    ``server.N`` line (``host:peer:election``, optionally with ZooKeeper's ``:participant``
+    role and ``;clientPort`` suffix) when ``server_id`` is given.
+
+    Raises :class:`ZooKeeperConfigError` naming the spec.
+    """
+    text = spec.strip()
+    if server_id is None:
+        source = f"--server {spec!r}"
+        head, sep, text = text.partition("=")
+        if not sep:
+            raise ZooKeeperConfigError(f"{source}: expected ID=HOST:PEER_PORT:ELECTION_PORT")
+        try:
+            server_id = int(head.strip())
+        except ValueError:
+            raise ZooKeeperConfigError(
+                f"{source}: the id {head.strip()!r} is not a number"
+            ) from None
+    else:
+        source = f"server.{server_id}={spec}"
+    text = text.partition(";")[0].strip()
+    parts = text.split(":")
+    if len(parts) == 4 and parts[3] in ("participant", "observer"):
+        if parts[3] == "observer":
+            raise ZooKeeperConfigError(f"{source}: observers are not supported")
+        parts = parts[:3]
+    if len(parts) != 3 or not parts[0]:
+        raise ZooKeeperConfigError(f"{source}: expected ID=HOST:PEER_PORT:ELECTION_PORT")
+    if not 1 <= server_id <= 255:
+        raise ZooKeeperConfigError(f"{source}: the id must be between 1 and 255")
+    return QuorumServer(
+        server_id,
+        parts[0],
+        _port(parts[1], "peer port", source),
+        _port(parts[2], "election port", source),
+    )
+
+
+def check_ensemble(server_id: int | None, servers: Sequence[QuorumServer]) -> None:
+    """Raise :class:`ZooKeeperConfigError` unless ``server_id`` is one of ``servers``, whose
+    ids are distinct (and neither or both are given)."""
+    if not servers:
+        if server_id is not None:
+            raise ZooKeeperConfigError(
+                f"server id {server_id} given but no ensemble: list every member "
+                "(server.N lines / --server N=HOST:PEER_PORT:ELECTION_PORT)"
+            )
+        return
+    ids = [s.id for s in servers]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ZooKeeperConfigError(f"server id(s) {dupes} listed more than once in the ensemble")
+    if server_id is None:
+        raise ZooKeeperConfigError(
+            "an ensemble member needs its own id: --id N, or a myid file in the data directory"
+        )
+    if server_id not in ids:
+        raise ZooKeeperConfigError(
+            f"server id {server_id} is not one of the ensemble's server ids {sorted(ids)}"
+        )
+
+
+def quorum_size(members: int) -> int:
+    """How many members of an ensemble of ``members`` must run for it to serve (a majority)."""
+    return members // 2 + 1
+
+
+def zoo_cfg(
+    *,
+    data_dir: Path,
+    port: int,
+    host: str = "127.0.0.1",
+    tick_time: int = 2000,
+    max_client_cnxns: int = 0,
+    servers: Sequence[QuorumServer] = (),
+    init_limit: int = DEFAULT_INIT_LIMIT,
+    sync_limit: int = DEFAULT_SYNC_LIMIT,
+) -> str:
+    """The text of ``zoo.cfg``: a standalone server, or (with ``servers``) an ensemble member
+    (``initLimit``, ``syncLimit`` and one ``server.N`` line per member; the member's own id
+    goes into the ``myid`` file, not here)."""
+    lines = [
+        "# Written by millrace (broker/zookeeper.py); rewritten at every start.",
+        f"tickTime={tick_time}",
+        f"dataDir={data_dir}",
+        f"clientPort={port}",
+        f"clientPortAddress={host}",
+        f"maxClientCnxns={max_client_cnxns}",
+        "admin.enableServer=false",
+        f"4lw.commands.whitelist={FOUR_LETTER_WORDS}",
+    ]
+    if servers:
+        lines += [
+            f"initLimit={init_limit}",
+            f"syncLimit={sync_limit}",
+            # static membership: ZooKeeper keeps the server.N lines in this file
+            "reconfigEnabled=false",
+            *(s.line() for s in sorted(servers, key=lambda s: s.id)),
+        ]
+    return "\n".join(lines) + "\n"
 
 
 def find_java() -> str:
@@ -173,6 +325,57 @@ def zookeeper_is_serving(host: str, port: int, timeout: float = 2.0) -> bool:
         return False
 
 
+def zookeeper_mode(host: str, port: int, timeout: float = 2.0) -> str | None:
+    """What ``srvr`` says a node is: ``leader``, ``follower``, ``standalone`` (or
+    ``observer``); ``"not serving"`` when it answers without a ``Mode:`` line (an ensemble
+    member without a quorum); None when nothing answers on the port."""
+    try:
+        reply = four_letter_word(host, port, "srvr", timeout)
+    except OSError:
+        return None
+    for line in reply.splitlines():
+        if line.startswith("Mode:"):
+            return line.partition(":")[2].strip() or "not serving"
+    return "not serving"
+
+
+def ensemble_serving(addresses: Iterable[tuple[str, int]], timeout: float = 1.0) -> bool:
+    """True when a majority of the nodes at ``addresses`` answers ``srvr`` with a serving
+    mode (leader/follower; standalone for a single node): the readiness of an ensemble."""
+    nodes = list(addresses)
+    serving = sum(1 for h, p in nodes if zookeeper_mode(h, p, timeout) in SERVING_MODES)
+    return bool(nodes) and serving >= quorum_size(len(nodes))
+
+
+def node_with_session(
+    addresses: Iterable[tuple[str, int]], session_id: int, timeout: float = 2.0
+) -> int | None:
+    """The index in ``addresses`` of the node that the ZooKeeper session ``session_id`` is
+    connected to (from each node's ``cons`` listing), or None if no node lists it."""
+    needle = f"sid=0x{session_id:x},"
+    for i, (host, port) in enumerate(addresses):
+        try:
+            if needle in four_letter_word(host, port, "cons", timeout):
+                return i
+        except OSError:
+            continue
+    return None
+
+
+def parse_connect_string(connect: str) -> list[tuple[str, int]]:
+    """``[(host, port), ...]`` of a ``zookeeper.connect`` string (``h1:p1,h2:p2/chroot``);
+    a host without a port gets 2181."""
+    hosts = connect.partition("/")[0]
+    out = []
+    for raw in hosts.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        out.append((host, int(port)) if sep and port.isdigit() else (item, 2181))
+    return out
+
+
 def port_is_free(host: str, port: int) -> bool:
     """True when ``host:port`` can be bound (nothing listens there)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -198,15 +401,21 @@ def tail(path: Path, lines: int = 40) -> str:
 
 
 class EmbeddedZooKeeper:
-    """One standalone ZooKeeper server process, run from pyspark's jars.
+    """One ZooKeeper server process, run from pyspark's jars: standalone, or one member of an
+    ensemble (``server_id`` and ``servers``).
 
-    Responsibility: write ``zoo.cfg`` (admin server off, four-letter words ``ruok,srvr,stat``)
-    and ``log4j2.properties`` (WARN, to ``log_file``) into ``data_dir``, start the JVM in its
+    Responsibility: write ``zoo.cfg`` (admin server off, four-letter words
+    ``ruok,srvr,stat,cons``; an ensemble member's ``server.N`` lines and ``myid``) and
+    ``log4j2.properties`` (WARN, to ``log_file``) into ``data_dir``, start the JVM in its
     own session, wait until it serves, and stop it (SIGTERM, then SIGKILL) by its pid.
 
-    Files in ``data_dir``: ``zoo.cfg``, ``log4j2.properties``, ``zookeeper.log`` (default
-    ``log_file``; the JVM's stdout/stderr are appended to it as well), ``version-2/``
-    (ZooKeeper's snapshots and transaction logs).
+    Files in ``data_dir``: ``zoo.cfg``, ``myid`` (ensemble members), ``log4j2.properties``,
+    ``zookeeper.log`` (default ``log_file``; the JVM's stdout/stderr are appended to it as
+    well), ``version-2/`` (ZooKeeper's snapshots and transaction logs).
+
+    An ensemble member serves only once a majority of the members runs: :meth:`start` of one
+    member waits for that, so start the others meanwhile (or start them with
+    :meth:`start_process` and wait with :func:`ensemble_serving`).
 
     Concurrency: not thread-safe; one owner calls start/stop. The process outlives nothing:
     the owner must call :meth:`stop` (or use it as a context manager).
@@ -224,7 +433,16 @@ class EmbeddedZooKeeper:
         java: str | None = None,
         jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS,
         log_level: str = "WARN",
+        server_id: int | None = None,
+        servers: Sequence[QuorumServer] = (),
+        init_limit: int = DEFAULT_INIT_LIMIT,
+        sync_limit: int = DEFAULT_SYNC_LIMIT,
     ) -> None:
+        check_ensemble(server_id, servers)
+        self.server_id = server_id
+        self.servers = tuple(servers)
+        self.init_limit = init_limit
+        self.sync_limit = sync_limit
         self.port = port
         self.data_dir = Path(data_dir).absolute()
         self.tick_time = tick_time
@@ -246,6 +464,14 @@ class EmbeddedZooKeeper:
         return self.data_dir / "zoo.cfg"
 
     @property
+    def is_ensemble_member(self) -> bool:
+        return bool(self.servers)
+
+    @property
+    def main_class(self) -> str:
+        return ENSEMBLE_MAIN_CLASS if self.servers else MAIN_CLASS
+
+    @property
     def pid(self) -> int | None:
         """The JVM's pid while started (None before start and after stop)."""
         return self._proc.pid if self._proc is not None else None
@@ -262,17 +488,19 @@ class EmbeddedZooKeeper:
         classpath = zookeeper_classpath()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        cfg = (
-            "# Written by millrace (broker/zookeeper.py); rewritten at every start.\n"
-            f"tickTime={self.tick_time}\n"
-            f"dataDir={self.data_dir}\n"
-            f"clientPort={self.port}\n"
-            f"clientPortAddress={self.host}\n"
-            f"maxClientCnxns={self.max_client_cnxns}\n"
-            "admin.enableServer=false\n"
-            f"4lw.commands.whitelist={FOUR_LETTER_WORDS}\n"
+        cfg = zoo_cfg(
+            data_dir=self.data_dir,
+            port=self.port,
+            host=self.host,
+            tick_time=self.tick_time,
+            max_client_cnxns=self.max_client_cnxns,
+            servers=self.servers,
+            init_limit=self.init_limit,
+            sync_limit=self.sync_limit,
         )
         self.config_file.write_text(cfg)
+        if self.servers:
+            (self.data_dir / "myid").write_text(f"{self.server_id}\n")
         cmd = [java, *self._jvm_options]
         if uses_log4j(classpath):
             log4j_cfg = self.data_dir / "log4j2.properties"
@@ -293,13 +521,21 @@ class EmbeddedZooKeeper:
             "-Dzookeeper.jmx.log4j.disable=true",
             "-cp",
             os.pathsep.join(str(p) for p in classpath),
-            MAIN_CLASS,
+            self.main_class,
             str(self.config_file),
         ]
         return cmd
 
     def start(self, timeout: float = 30) -> None:
         """Start the server and wait until it serves; raise :class:`ZooKeeperStartError`."""
+        if self.is_running():
+            return
+        self.start_process()
+        self.wait_serving(timeout)
+
+    def start_process(self) -> None:
+        """Start the JVM without waiting for it to serve (an ensemble member needs its peers
+        before it serves). Raises :class:`ZooKeeperStartError` if the port is taken."""
         if self.is_running():
             return
         if not port_is_free(self.host, self.port):
@@ -317,6 +553,12 @@ class EmbeddedZooKeeper:
                 cwd=self.data_dir,
                 start_new_session=True,
             )
+
+    def wait_serving(self, timeout: float = 30) -> None:
+        """Until the started server serves; stops it and raises :class:`ZooKeeperStartError`
+        if it exits or does not serve within ``timeout`` s."""
+        if self._proc is None:
+            raise ZooKeeperStartError(f"ZooKeeper on {self.connect_string} was not started")
         deadline = time.monotonic() + timeout
         while True:
             code = self._proc.poll()

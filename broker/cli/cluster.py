@@ -1,10 +1,13 @@
-"""``millrace cluster up|down|status|stop-broker|start-broker``: a local cluster in a directory.
+"""``millrace cluster up|down|status|stop-broker|start-broker|stop-zookeeper|start-zookeeper``:
+a local cluster in a directory.
 
 Layout of the cluster directory ``D`` (DESIGN.md section 3)::
 
     D/cluster.json                 what is running: pids, ports, bootstrap servers
     D/zookeeper/                   ZooKeeper's data dir (zoo.cfg, version-2/, zookeeper.log)
     D/zookeeper/zookeeper.out      stdout/stderr of `millrace zookeeper start`
+    D/zookeeper-<n>/               instead, with --zookeepers 3 or 5: node n of the ensemble
+                                   (zoo.cfg, myid, version-2/, zookeeper.log, zookeeper.out)
     D/broker-<id>/server.properties
     D/broker-<id>/data/            the broker's log.dirs
     D/broker-<id>/broker.out       stdout/stderr of `millrace broker start` (appended)
@@ -15,8 +18,15 @@ checks, stopping). A broker counts as up once it has a fresh registration in Zoo
 (``broker.cli.cluster_registration``). This module holds ``cluster.json``, the brokers'
 ``server.properties``, the commands and their options.
 
+ZooKeeper is one node (``--zookeepers 1``, the default) or an ensemble of 3 or 5 nodes on
+consecutive client ports from ``--zk-port`` (peer and election ports from ``--zk-peer-port``
+and ``--zk-election-port``). ``cluster.json``'s ``zookeeper`` is the full connect string
+(every node, as the brokers' ``zookeeper.connect``), ``zookeepers`` lists each node (id,
+ports, data dir, pid), and ``zookeeper_pid`` / ``zk_port`` are node 1's. An ensemble is ready
+when a majority of its nodes answers ``srvr`` with Mode leader or follower.
+
 The functions (``cluster_up``, ``cluster_down``, ``cluster_status``, ``stop_broker``,
-``start_broker``) are importable by tests; they write progress lines to ``progress`` (stderr by
+``start_broker``, ``stop_zookeeper``, ``start_zookeeper``) are importable by tests; they write progress lines to ``progress`` (stderr by
 default) and raise :class:`ClusterError` with a clear message (and the tail of the failing
 process's output) on failure.
 """
@@ -63,6 +73,9 @@ CLUSTER_FILE = "cluster.json"
 DEFAULT_UP_TIMEOUT_S = 120.0
 DEFAULT_STOP_TIMEOUT_S = 30.0
 ZOOKEEPER_START_TIMEOUT_S = 60.0
+ZOOKEEPER_SIZES = (1, 3, 5)
+DEFAULT_ZK_PEER_PORT = 2888
+DEFAULT_ZK_ELECTION_PORT = 3888
 
 
 def load_cluster(directory: Path) -> dict[str, Any]:
@@ -167,41 +180,238 @@ def _validate_overrides(overrides: Mapping[str, str], zk_connect: str) -> None:
 # --------------------------------------------------------------------------- commands
 
 
-def _start_zookeeper(
-    directory: Path, zk_port: int, progress: IO[str] | None
-) -> subprocess.Popen[bytes]:
-    from broker.zookeeper import zookeeper_is_serving
+def check_zookeepers(count: int) -> None:
+    """Raise :class:`ClusterError` unless ``count`` is a usable ensemble size (1, 3 or 5)."""
+    if count in ZOOKEEPER_SIZES:
+        return
+    if count > 0 and count % 2 == 0:
+        raise ClusterError(
+            f"--zookeepers {count}: ZooKeeper needs an odd ensemble size: 1, 3 or 5 (an "
+            f"ensemble serves while a majority of its nodes runs, so {count} nodes survive "
+            f"no more failures than {count - 1})"
+        )
+    raise ClusterError(f"--zookeepers {count}: the ensemble size must be 1, 3 or 5")
 
-    zk_dir = directory / "zookeeper"
+
+def plan_zookeepers(
+    directory: Path,
+    count: int,
+    zk_port: int,
+    peer_port: int = DEFAULT_ZK_PEER_PORT,
+    election_port: int = DEFAULT_ZK_ELECTION_PORT,
+) -> list[dict[str, Any]]:
+    """The ``zookeepers`` entries of ``cluster.json`` for ``count`` nodes (not started yet:
+    ``pid`` None). One node: ``D/zookeeper`` on ``zk_port``, as before ensembles existed.
+    Node n of an ensemble: ``D/zookeeper-<n>``, client port ``zk_port + n - 1``, peer port
+    ``peer_port + n - 1``, election port ``election_port + n - 1``."""
+    check_zookeepers(count)
+    directory = Path(directory)
+    if count == 1:
+        zk_dir = directory / "zookeeper"
+        return [
+            {
+                "id": 1,
+                "host": HOST,
+                "port": zk_port,
+                "peer_port": None,
+                "election_port": None,
+                "data_dir": str(zk_dir),
+                "out": str(zk_dir / "zookeeper.out"),
+                "pid": None,
+            }
+        ]
+    nodes = []
+    for n in range(1, count + 1):
+        zk_dir = directory / f"zookeeper-{n}"
+        nodes.append(
+            {
+                "id": n,
+                "host": HOST,
+                "port": zk_port + n - 1,
+                "peer_port": peer_port + n - 1,
+                "election_port": election_port + n - 1,
+                "data_dir": str(zk_dir),
+                "out": str(zk_dir / "zookeeper.out"),
+                "pid": None,
+            }
+        )
+    return nodes
+
+
+def zookeeper_connect(nodes: list[dict[str, Any]]) -> str:
+    """The connect string naming every node (``host:port,host:port,...``)."""
+    return ",".join(f"{n['host']}:{n['port']}" for n in nodes)
+
+
+def zookeeper_nodes(info: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``zookeepers`` entries of ``cluster.json`` (copies); for a file written before
+    ensembles existed, the one node its ``zookeeper_pid`` / ``zk_port`` describe."""
+    nodes = info.get("zookeepers")
+    if isinstance(nodes, list) and nodes:
+        return [dict(n) for n in nodes]
+    from broker.zookeeper import parse_connect_string
+
+    connect = str(info.get("zookeeper") or f"{HOST}:{info.get('zk_port', 2181)}")
+    host, port = parse_connect_string(connect)[0]
+    zk_dir = Path(
+        str(info.get("zookeeper_data_dir") or Path(str(info.get("dir", "."))) / "zookeeper")
+    )
+    return [
+        {
+            "id": 1,
+            "host": host,
+            "port": port,
+            "peer_port": None,
+            "election_port": None,
+            "data_dir": str(zk_dir),
+            "out": str(zk_dir / "zookeeper.out"),
+            "pid": info.get("zookeeper_pid"),
+        }
+    ]
+
+
+def _set_zookeeper_nodes(info: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
+    """Record ``nodes`` in ``info``, node 1's pid also as ``zookeeper_pid``."""
+    info["zookeepers"] = nodes
+    info["zookeeper_pid"] = nodes[0].get("pid") if nodes else None
+
+
+def _node_entry(nodes: list[dict[str, Any]], node_id: int) -> dict[str, Any]:
+    for node in nodes:
+        if node.get("id") == node_id:
+            return node
+    known = [n.get("id") for n in nodes]
+    raise ClusterError(
+        f"ZooKeeper node {node_id} is not part of this cluster (nodes: {known}); "
+        f"--node takes one of {known}"
+    )
+
+
+def _node_command(node: Mapping[str, Any], nodes: list[dict[str, Any]]) -> list[str]:
+    if len(nodes) == 1:
+        return zookeeper_command(int(node["port"]), Path(node["data_dir"]))
+    specs = [f"{n['id']}={n['host']}:{n['peer_port']}:{n['election_port']}" for n in nodes]
+    return zookeeper_command(
+        int(node["port"]), Path(node["data_dir"]), server_id=int(node["id"]), servers=specs
+    )
+
+
+def _node_ports(nodes: list[dict[str, Any]]) -> list[int]:
+    ports = []
+    for n in nodes:
+        ports += [int(n[k]) for k in ("port", "peer_port", "election_port") if n.get(k)]
+    return ports
+
+
+def _spawn_zookeeper(
+    node: dict[str, Any], nodes: list[dict[str, Any]], progress: IO[str] | None
+) -> subprocess.Popen[bytes]:
+    """Start one node in the background (its pid goes into ``node``); no waiting."""
+    zk_dir = Path(node["data_dir"])
     zk_dir.mkdir(parents=True, exist_ok=True)
-    out = zk_dir / "zookeeper.out"
-    say(progress, f"starting ZooKeeper on {HOST}:{zk_port}")
-    proc = spawn(zookeeper_command(zk_port, zk_dir), out, zk_dir)
-    deadline = time.monotonic() + ZOOKEEPER_START_TIMEOUT_S
-    while not zookeeper_is_serving(HOST, zk_port, timeout=1.0):
-        code = proc.poll()
-        if code is not None:
-            forget(proc.pid)
-            raise ClusterError(
-                f"ZooKeeper exited with code {code}. Last lines of {out}:\n{tail(out)}\n"
-                f"--- {zk_dir / 'zookeeper.log'} ---\n{tail(zk_dir / 'zookeeper.log')}"
-            )
+    what = "ZooKeeper" if len(nodes) == 1 else f"ZooKeeper node {node['id']}"
+    proc = spawn(_node_command(node, nodes), Path(node["out"]), zk_dir)
+    node["pid"] = proc.pid
+    say(progress, f"started {what} on {node['host']}:{node['port']} (pid {proc.pid})")
+    return proc
+
+
+def _node_tails(node: Mapping[str, Any]) -> str:
+    out = Path(node["out"])
+    zk_log = Path(node["data_dir"]) / "zookeeper.log"
+    return f"Last lines of {out}:\n{tail(out)}\n--- {zk_log} ---\n{tail(zk_log)}"
+
+
+def _node_modes(nodes: list[dict[str, Any]]) -> dict[int, str | None]:
+    """{node id: ``srvr`` mode, "not serving", or None when nothing answers}."""
+    from broker.zookeeper import zookeeper_mode
+
+    return {int(n["id"]): zookeeper_mode(n["host"], int(n["port"]), timeout=1.0) for n in nodes}
+
+
+def _wait_zookeepers(
+    nodes: list[dict[str, Any]],
+    procs: Mapping[int, subprocess.Popen[bytes]],
+    need: int,
+    timeout: float,
+    *,
+    serving: bool = True,
+) -> dict[int, str | None]:
+    """Until ``need`` of ``nodes`` serve (``srvr`` Mode leader/follower/standalone), or, with
+    ``serving`` False, merely answer. Raises :class:`ClusterError` (with the output of the
+    nodes concerned) when a process of ``procs`` exits or ``timeout`` passes."""
+    from broker.zookeeper import SERVING_MODES
+
+    deadline = time.monotonic() + timeout
+    while True:
+        modes = _node_modes(nodes)
+        ok = [i for i, m in modes.items() if (m in SERVING_MODES if serving else m is not None)]
+        if len(ok) >= need:
+            return modes
+        for node_id, proc in procs.items():
+            code = proc.poll()
+            if code is not None:
+                forget(proc.pid)
+                node = _node_entry(nodes, node_id)
+                name = "ZooKeeper" if len(nodes) == 1 else f"ZooKeeper node {node_id}"
+                raise ClusterError(f"{name} exited with code {code}. {_node_tails(node)}")
         if time.monotonic() >= deadline:
-            stop_pids([proc.pid], 10, progress, "ZooKeeper")
+            late = [n for n in nodes if int(n["id"]) not in ok]
+            tails = "\n".join(f"--- node {n['id']} ---\n{_node_tails(n)}" for n in late)
+            if len(nodes) == 1:
+                raise ClusterError(
+                    f"ZooKeeper did not answer on {zookeeper_connect(nodes)} within "
+                    f"{timeout:g}s. {_node_tails(nodes[0])}"
+                )
             raise ClusterError(
-                f"ZooKeeper did not answer on {HOST}:{zk_port} within "
-                f"{ZOOKEEPER_START_TIMEOUT_S:g}s. Last lines of {out}:\n{tail(out)}\n"
-                f"--- {zk_dir / 'zookeeper.log'} ---\n{tail(zk_dir / 'zookeeper.log')}"
+                f"the ZooKeeper ensemble {zookeeper_connect(nodes)} did not "
+                f"{'serve' if serving else 'answer'} within {timeout:g}s: {len(ok)} of "
+                f"{len(nodes)} node(s) ready, {need} needed (modes {modes}).\n{tails}"
             )
         time.sleep(0.1)
-    say(progress, f"ZooKeeper ready (pid {proc.pid})")
-    return proc
+
+
+def _start_zookeepers(
+    nodes: list[dict[str, Any]], progress: IO[str] | None
+) -> list[subprocess.Popen[bytes]]:
+    """Start every node and wait until a quorum serves; on failure stop them all."""
+    from broker.zookeeper import quorum_size
+
+    if len(nodes) == 1:
+        say(progress, f"starting ZooKeeper on {nodes[0]['host']}:{nodes[0]['port']}")
+    else:
+        say(progress, f"starting a ZooKeeper ensemble of {len(nodes)}: {zookeeper_connect(nodes)}")
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    try:
+        for node in nodes:
+            procs[int(node["id"])] = _spawn_zookeeper(node, nodes, progress)
+        modes = _wait_zookeepers(nodes, procs, quorum_size(len(nodes)), ZOOKEEPER_START_TIMEOUT_S)
+    except BaseException:
+        with contextlib.suppress(ClusterError):
+            stop_pids([p.pid for p in procs.values()], 10, progress, "ZooKeeper")
+        raise
+    if len(nodes) == 1:
+        say(progress, f"ZooKeeper ready (pid {nodes[0]['pid']})")
+    else:
+        shown = ", ".join(f"{i}: {m or 'starting'}" for i, m in modes.items())
+        say(progress, f"ZooKeeper ensemble ready (a quorum serves; {shown})")
+    return list(procs.values())
+
+
+def _zookeeper_pids(info: Mapping[str, Any]) -> list[int]:
+    """The running ZooKeeper pids of ``info`` (every node's, and the legacy key's)."""
+    pids = [n.get("pid") for n in zookeeper_nodes(info)]
+    pids.append(info.get("zookeeper_pid"))
+    out: list[int] = []
+    for pid in pids:
+        if isinstance(pid, int) and pid not in out and is_ours(pid, ZOOKEEPER_MARKERS):
+            out.append(pid)
+    return out
 
 
 def _running_pids(info: Mapping[str, Any]) -> list[int]:
     pids = [b.get("pid") for b in info.get("brokers", []) if is_ours(b.get("pid"), BROKER_MARKERS)]
-    if is_ours(info.get("zookeeper_pid"), ZOOKEEPER_MARKERS):
-        pids.append(info["zookeeper_pid"])
+    pids += _zookeeper_pids(info)
     return [p for p in pids if isinstance(p, int)]
 
 
@@ -215,41 +425,62 @@ def cluster_up(
     timeout: float = DEFAULT_UP_TIMEOUT_S,
     progress: IO[str] | None = sys.stderr,
     security: str | None = None,
+    zookeepers: int = 1,
+    zk_peer_port: int = DEFAULT_ZK_PEER_PORT,
+    zk_election_port: int = DEFAULT_ZK_ELECTION_PORT,
 ) -> dict[str, Any]:
-    """Start ZooKeeper and ``brokers`` brokers (ids 1..N on ``base_port``..), wait until all
-    are registered and a controller is elected, write and return ``cluster.json``'s content.
-    ``security`` (ssl, sasl_plaintext, sasl_ssl) secures the cluster
-    (:mod:`broker.cli.cluster_security`). On failure everything started is stopped and
-    :class:`ClusterError` raised."""
+    """Start ZooKeeper (one node, or an ensemble of ``zookeepers`` 3 or 5 nodes, see
+    :func:`plan_zookeepers`) and ``brokers`` brokers (ids 1..N on ``base_port``..), wait
+    until all are registered and a controller is elected, write and return
+    ``cluster.json``'s content. ``security`` (ssl, sasl_plaintext, sasl_ssl) secures the
+    cluster (:mod:`broker.cli.cluster_security`). On failure everything started is stopped
+    and :class:`ClusterError` raised."""
     from broker.zookeeper import port_is_free
 
     directory = Path(directory).absolute()
     overrides = dict(overrides or {})
     if brokers < 0:
         raise ClusterError("--brokers must be >= 0")
+    nodes = plan_zookeepers(directory, zookeepers, zk_port, zk_peer_port, zk_election_port)
     directory.mkdir(parents=True, exist_ok=True)
     if (directory / CLUSTER_FILE).exists():
         try:
-            running = _running_pids(load_cluster(directory))
+            previous: dict[str, Any] | None = load_cluster(directory)
         except ClusterError:
-            running = []  # unreadable leftovers: overwritten below
+            previous = None  # unreadable leftovers: overwritten below
+        running = _running_pids(previous) if previous is not None else []
         if running:
             raise ClusterError(
                 f"a cluster is already running in {directory} (pids {running}); "
                 f"run `millrace cluster down --dir {directory}` first"
             )
-    zk_connect = f"{HOST}:{zk_port}"
+        before = len(zookeeper_nodes(previous)) if previous is not None else zookeepers
+        if before != zookeepers and previous is not None and previous.get("brokers"):
+            raise ClusterError(
+                f"--zookeepers {zookeepers}: the cluster in {directory} was created with "
+                f"--zookeepers {before}, whose data directories hold its metadata; use "
+                f"--zookeepers {before} or a new --dir"
+            )
+    zk_connect = zookeeper_connect(nodes)
     _validate_overrides(overrides, zk_connect)
     ports = [base_port + i for i in range(brokers)]
-    busy = [p for p in [zk_port, *ports] if not port_is_free(HOST, p)]
+    wanted = [*_node_ports(nodes), *ports]
+    clash = sorted({p for p in wanted if wanted.count(p) > 1})
+    if clash:
+        raise ClusterError(
+            f"port(s) {clash} would be used twice (ZooKeeper client ports from --zk-port, "
+            "peer ports from --zk-peer-port, election ports from --zk-election-port, broker "
+            "ports from --base-port)"
+        )
+    busy = [p for p in wanted if not port_is_free(HOST, p)]
     if busy:
         raise ClusterError(f"port(s) {busy} on {HOST} already in use")
 
     secured = prepare_security(directory, security) if security else None
     started: list[int] = []
-    zk_proc: subprocess.Popen[bytes] | None = None
+    zk_procs: list[subprocess.Popen[bytes]] = []
     try:
-        zk_proc = _start_zookeeper(directory, zk_port, progress)
+        zk_procs = _start_zookeepers(nodes, progress)
         if secured is not None and secured.users:
             create_users(zk_connect, secured.users)
             say(progress, f"created SCRAM users {', '.join(sorted(secured.users))}")
@@ -293,9 +524,10 @@ def cluster_up(
         info: dict[str, Any] = {
             "dir": str(directory),
             "zookeeper": zk_connect,
-            "zookeeper_pid": zk_proc.pid,
-            "zk_port": zk_port,
-            "zookeeper_data_dir": str(directory / "zookeeper"),
+            "zookeeper_pid": nodes[0]["pid"],
+            "zk_port": nodes[0]["port"],
+            "zookeeper_data_dir": nodes[0]["data_dir"],
+            "zookeepers": nodes,
             "bootstrap_servers": ",".join(f"{HOST}:{p}" for p in ports),
             "base_port": base_port,
             "set": overrides,
@@ -315,9 +547,9 @@ def cluster_up(
     except BaseException:
         with contextlib.suppress(ClusterError):
             stop_pids(started, DEFAULT_STOP_TIMEOUT_S, progress, "broker")
-        if zk_proc is not None:
+        if zk_procs:
             with contextlib.suppress(ClusterError):
-                stop_pids([zk_proc.pid], 10, progress, "ZooKeeper")
+                stop_pids([p.pid for p in zk_procs], 10, progress, "ZooKeeper")
         raise
 
 
@@ -343,10 +575,15 @@ def cluster_down(
     stop_pids(broker_pids, timeout, progress, "broker")
     for entry in info.get("brokers", []):
         entry["pid"] = None
-    zk_pid = info.get("zookeeper_pid")
-    if isinstance(zk_pid, int) and is_ours(zk_pid, ZOOKEEPER_MARKERS):
-        say(progress, f"stopping ZooKeeper pid {zk_pid}")
-        stop_pids([zk_pid], 10, progress, "ZooKeeper")
+    zk_pids = _zookeeper_pids(info)
+    if zk_pids:
+        say(progress, f"stopping ZooKeeper pid{'s' if len(zk_pids) > 1 else ''} {zk_pids}")
+        stop_pids(zk_pids, 10, progress, "ZooKeeper")
+    nodes = zookeeper_nodes(info)
+    for node in nodes:
+        node["pid"] = None
+    if "zookeepers" in info:
+        info["zookeepers"] = nodes
     info["zookeeper_pid"] = None
     info["controller"] = None
     info["state"] = "down"
@@ -356,15 +593,19 @@ def cluster_down(
 
 
 def cluster_status(directory: Path) -> dict[str, Any]:
-    """Per broker: pid alive, registered in ZooKeeper; ZooKeeper alive; who is controller."""
+    """Per broker: pid alive, registered in ZooKeeper; per ZooKeeper node: pid alive and its
+    mode (leader, follower, standalone, "not serving" without a quorum, "down"); whether
+    the ensemble serves (a majority of nodes does); who is controller."""
     from broker.controller.zk_client import ZkError
-    from broker.zookeeper import zookeeper_is_serving
+    from broker.zookeeper import SERVING_MODES, quorum_size
 
     directory = Path(directory).absolute()
     info = load_cluster(directory)
-    zk_connect = str(info.get("zookeeper", f"{HOST}:{info.get('zk_port', 2181)}"))
-    host, _, port = zk_connect.partition(":")
-    serving = zookeeper_is_serving(host, int(port), timeout=1.0)
+    nodes = zookeeper_nodes(info)
+    zk_connect = str(info.get("zookeeper") or zookeeper_connect(nodes))
+    modes = _node_modes(nodes)
+    need = quorum_size(len(nodes))
+    serving = sum(1 for m in modes.values() if m in SERVING_MODES) >= need
     ids = [int(b["id"]) for b in info.get("brokers", [])]
     snapshot: dict[str, Any] = {"epochs": {}, "controller": None, "cluster_id": None}
     if serving:
@@ -382,12 +623,27 @@ def cluster_status(directory: Path) -> dict[str, Any]:
         }
         for b in info.get("brokers", [])
     ]
+    zookeepers = [
+        {
+            "id": n["id"],
+            "host": n["host"],
+            "port": n["port"],
+            "peer_port": n.get("peer_port"),
+            "election_port": n.get("election_port"),
+            "pid": n.get("pid"),
+            "alive": is_ours(n.get("pid"), ZOOKEEPER_MARKERS),
+            "mode": modes[int(n["id"])] or "down",
+        }
+        for n in nodes
+    ]
     return {
         "dir": str(directory),
         "zookeeper": zk_connect,
         "zookeeper_pid": info.get("zookeeper_pid"),
-        "zookeeper_alive": is_ours(info.get("zookeeper_pid"), ZOOKEEPER_MARKERS),
+        "zookeeper_alive": any(z["alive"] for z in zookeepers),
         "zookeeper_serving": serving,
+        "zookeeper_quorum": need,
+        "zookeepers": zookeepers,
         "controller": snapshot["controller"],
         "cluster_id": snapshot["cluster_id"],
         "bootstrap_servers": info.get("bootstrap_servers"),
@@ -430,7 +686,7 @@ def start_broker(
     """Start one broker with its ``server.properties`` and wait for a fresh registration
     (after a hard kill, the new process replaces the old one's stale registration).
     Updates the pid in ``cluster.json``."""
-    from broker.zookeeper import zookeeper_is_serving
+    from broker.zookeeper import ensemble_serving
 
     directory = Path(directory).absolute()
     info = load_cluster(directory)
@@ -438,11 +694,17 @@ def start_broker(
     if is_ours(entry.get("pid"), BROKER_MARKERS):
         raise ClusterError(f"broker {broker_id} is already running (pid {entry['pid']})")
     zk_connect = str(info["zookeeper"])
-    host, _, port = zk_connect.partition(":")
-    if not zookeeper_is_serving(host, int(port), timeout=1.0):
+    nodes = zookeeper_nodes(info)
+    if not ensemble_serving([(n["host"], int(n["port"])) for n in nodes], timeout=1.0):
+        if len(nodes) == 1:
+            raise ClusterError(
+                f"ZooKeeper at {zk_connect} is not running; start the cluster with "
+                f"`millrace cluster up --dir {directory}`"
+            )
         raise ClusterError(
-            f"ZooKeeper at {zk_connect} is not running; start the cluster with "
-            f"`millrace cluster up --dir {directory}`"
+            f"the ZooKeeper ensemble {zk_connect} does not serve (fewer than a majority of "
+            f"its {len(nodes)} nodes run); start nodes with `millrace cluster start-zookeeper "
+            f"--dir {directory} --node N`"
         )
     bdir = directory / f"broker-{broker_id}"
     config = Path(entry.get("config") or bdir / "server.properties")
@@ -475,6 +737,89 @@ def start_broker(
     return entry
 
 
+def _ensemble_note(nodes: list[dict[str, Any]]) -> str:
+    from broker.zookeeper import quorum_size
+
+    running = sum(1 for n in nodes if is_ours(n.get("pid"), ZOOKEEPER_MARKERS))
+    need = quorum_size(len(nodes))
+    if running >= need:
+        return f"{running} of {len(nodes)} ZooKeeper nodes running (a quorum is {need})"
+    return (
+        f"{running} of {len(nodes)} ZooKeeper nodes running: the ensemble has lost its "
+        f"quorum of {need} and serves nothing until a majority runs again"
+    )
+
+
+def stop_zookeeper(
+    directory: Path,
+    node_id: int,
+    *,
+    timeout: float = DEFAULT_STOP_TIMEOUT_S,
+    progress: IO[str] | None = sys.stderr,
+) -> dict[str, Any]:
+    """SIGTERM one ZooKeeper node (SIGKILL after ``timeout``) and wait until it is gone.
+    Updates ``cluster.json`` (node 1's pid is also ``zookeeper_pid``)."""
+    directory = Path(directory).absolute()
+    info = load_cluster(directory)
+    nodes = zookeeper_nodes(info)
+    node = _node_entry(nodes, node_id)
+    pid = node.get("pid")
+    if isinstance(pid, int) and is_ours(pid, ZOOKEEPER_MARKERS):
+        say(progress, f"stopping ZooKeeper node {node_id} (pid {pid})")
+        stop_pids([pid], timeout, progress, f"ZooKeeper node {node_id}")
+    else:
+        say(progress, f"ZooKeeper node {node_id} is not running")
+    node["pid"] = None
+    _set_zookeeper_nodes(info, nodes)
+    write_cluster(directory, info)
+    say(progress, _ensemble_note(nodes))
+    return node
+
+
+def start_zookeeper(
+    directory: Path,
+    node_id: int,
+    *,
+    timeout: float = ZOOKEEPER_START_TIMEOUT_S,
+    progress: IO[str] | None = sys.stderr,
+) -> dict[str, Any]:
+    """Start one ZooKeeper node again with its data dir. Waits until it serves when a
+    majority of the nodes (this one included) then runs; otherwise (the ensemble is still
+    short of a quorum) only until it answers. Updates ``cluster.json``."""
+    from broker.zookeeper import port_is_free, quorum_size
+
+    directory = Path(directory).absolute()
+    info = load_cluster(directory)
+    nodes = zookeeper_nodes(info)
+    node = _node_entry(nodes, node_id)
+    if is_ours(node.get("pid"), ZOOKEEPER_MARKERS):
+        raise ClusterError(f"ZooKeeper node {node_id} is already running (pid {node['pid']})")
+    busy = [p for p in _node_ports([node]) if not port_is_free(str(node["host"]), p)]
+    if busy:
+        raise ClusterError(
+            f"cannot start ZooKeeper node {node_id}: port(s) {busy} on {node['host']} "
+            "already in use"
+        )
+    proc = _spawn_zookeeper(node, nodes, progress)
+    running = sum(1 for n in nodes if is_ours(n.get("pid"), ZOOKEEPER_MARKERS))
+    quorum = running >= quorum_size(len(nodes))
+    try:
+        modes = _wait_zookeepers([node], {node_id: proc}, 1, timeout, serving=quorum)
+    except BaseException:
+        with contextlib.suppress(ClusterError):
+            stop_pids([proc.pid], 10, progress, f"ZooKeeper node {node_id}")
+        raise
+    info = load_cluster(directory)  # re-read: another command may have changed it meanwhile
+    fresh = zookeeper_nodes(info)
+    _node_entry(fresh, node_id)["pid"] = proc.pid
+    _set_zookeeper_nodes(info, fresh)
+    write_cluster(directory, info)
+    say(progress, f"ZooKeeper node {node_id} is {modes[node_id] or 'starting'}")
+    if not quorum:
+        say(progress, _ensemble_note(fresh))
+    return _node_entry(fresh, node_id)
+
+
 # --------------------------------------------------------------------------- argparse
 
 
@@ -486,7 +831,33 @@ def add_parser(subparsers: Any) -> None:
     up.add_argument("--dir", type=Path, required=True, help="cluster directory")
     up.add_argument("--brokers", type=int, default=1, help="number of brokers (default 1)")
     up.add_argument("--base-port", type=int, default=9092, help="first broker port (9092)")
-    up.add_argument("--zk-port", type=int, default=2181, help="ZooKeeper port (2181)")
+    up.add_argument(
+        "--zk-port",
+        type=int,
+        default=2181,
+        help="ZooKeeper client port (2181); node n of an ensemble uses zk-port + n - 1",
+    )
+    up.add_argument(
+        "--zookeepers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="ZooKeeper nodes: 1 (default) or an ensemble of 3 or 5, which keeps serving "
+        "while a majority of its nodes runs",
+    )
+    up.add_argument(
+        "--zk-peer-port",
+        type=int,
+        default=DEFAULT_ZK_PEER_PORT,
+        help="ensemble: node n's quorum (follower-to-leader) port is this + n - 1 "
+        "(default %(default)s)",
+    )
+    up.add_argument(
+        "--zk-election-port",
+        type=int,
+        default=DEFAULT_ZK_ELECTION_PORT,
+        help="ensemble: node n's leader-election port is this + n - 1 (default %(default)s)",
+    )
     up.add_argument(
         "--set",
         action="append",
@@ -509,7 +880,7 @@ def add_parser(subparsers: Any) -> None:
     )
     up.set_defaults(func=_run_up)
 
-    down = sub.add_parser("down", help="stop the brokers, then ZooKeeper")
+    down = sub.add_parser("down", help="stop the brokers, then every ZooKeeper node")
     down.add_argument("--dir", type=Path, required=True)
     down.add_argument(
         "--timeout",
@@ -537,6 +908,21 @@ def add_parser(subparsers: Any) -> None:
     start.add_argument("--timeout", type=float, default=DEFAULT_UP_TIMEOUT_S)
     start.set_defaults(func=_run_start_broker)
 
+    stop_zk = sub.add_parser(
+        "stop-zookeeper",
+        help="stop one ZooKeeper node (SIGTERM); an ensemble serves while a majority runs",
+    )
+    stop_zk.add_argument("--dir", type=Path, required=True)
+    stop_zk.add_argument("--node", type=int, required=True, help="node id (1..N)")
+    stop_zk.add_argument("--timeout", type=float, default=DEFAULT_STOP_TIMEOUT_S)
+    stop_zk.set_defaults(func=_run_stop_zookeeper)
+
+    start_zk = sub.add_parser("start-zookeeper", help="start one ZooKeeper node again")
+    start_zk.add_argument("--dir", type=Path, required=True)
+    start_zk.add_argument("--node", type=int, required=True, help="node id (1..N)")
+    start_zk.add_argument("--timeout", type=float, default=ZOOKEEPER_START_TIMEOUT_S)
+    start_zk.set_defaults(func=_run_start_zookeeper)
+
 
 def _fail(exc: Exception) -> int:
     return fail("millrace cluster", f"error: {exc}")
@@ -556,6 +942,9 @@ def _run_up(args: argparse.Namespace) -> int:
             overrides,
             timeout=args.timeout,
             security=args.security,
+            zookeepers=args.zookeepers,
+            zk_peer_port=args.zk_peer_port,
+            zk_election_port=args.zk_election_port,
         )
     except (ClusterError, ConfigError, OSError) as exc:
         return _fail(exc)
@@ -584,8 +973,20 @@ def _run_status(args: argparse.Namespace) -> int:
         if status["zookeeper_serving"]
         else ("alive, not serving" if status["zookeeper_alive"] else "down")
     )
-    head = [
-        f"ZooKeeper {status['zookeeper']} (pid {status['zookeeper_pid']}): {zk}",
+    nodes = status["zookeepers"]
+    if len(nodes) == 1:
+        head = [f"ZooKeeper {status['zookeeper']} (pid {status['zookeeper_pid']}): {zk}"]
+    else:
+        serving = sum(1 for n in nodes if n["mode"] in ("leader", "follower"))
+        head = [
+            f"ZooKeeper ensemble {status['zookeeper']}: {zk} ({serving} of {len(nodes)} "
+            f"nodes serving, quorum {status['zookeeper_quorum']})"
+        ]
+        head += [
+            f"  node {n['id']} {n['host']}:{n['port']} (pid {n['pid'] or '-'}): {n['mode']}"
+            for n in nodes
+        ]
+    head += [
         f"controller: {status['controller'] if status['controller'] is not None else 'none'}",
         f"bootstrap servers: {status['bootstrap_servers']}",
     ]
@@ -622,6 +1023,22 @@ def _run_stop_broker(args: argparse.Namespace) -> int:
 def _run_start_broker(args: argparse.Namespace) -> int:
     try:
         start_broker(args.dir, args.broker, timeout=args.timeout)
+    except (ClusterError, OSError) as exc:
+        return _fail(exc)
+    return 0
+
+
+def _run_stop_zookeeper(args: argparse.Namespace) -> int:
+    try:
+        stop_zookeeper(args.dir, args.node, timeout=args.timeout)
+    except (ClusterError, OSError) as exc:
+        return _fail(exc)
+    return 0
+
+
+def _run_start_zookeeper(args: argparse.Namespace) -> int:
+    try:
+        start_zookeeper(args.dir, args.node, timeout=args.timeout)
     except (ClusterError, OSError) as exc:
         return _fail(exc)
     return 0

@@ -28,7 +28,7 @@ from typing import IO
 HOST = "127.0.0.1"
 BROKER_LOG_LEVEL = "INFO"
 BROKER_MARKERS = ("broker.cli.main",)
-ZOOKEEPER_MARKERS = ("ZooKeeperServerMain", "broker.cli.main")
+ZOOKEEPER_MARKERS = ("ZooKeeperServerMain", "QuorumPeerMain", "broker.cli.main")
 
 # Popen objects of the processes this Python process started (so we can reap them).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -193,11 +193,23 @@ def broker_command(config_path: Path, log_level: str = BROKER_LOG_LEVEL) -> list
 # ends within half a second of zookeeper.session.timeout.ms (ZooKeeper's default 2-3 s tick
 # adds up to a whole tick), which is what bounds failover after a hard kill.
 CLUSTER_ZK_TICK_MS = 500
+# An ensemble member's initLimit / syncLimit in ticks (10 s / 5 s at 500 ms): generous, for
+# a loaded machine running every member and the brokers at once. A member whose leader dies
+# notices at once (the connection closes) and elects a new one within a second or two.
+CLUSTER_ZK_INIT_LIMIT = 20
+CLUSTER_ZK_SYNC_LIMIT = 10
 
 
-def zookeeper_command(port: int, data_dir: Path) -> list[str]:
-    """The command line that runs a cluster's ZooKeeper."""
-    return [
+def zookeeper_command(
+    port: int,
+    data_dir: Path,
+    *,
+    server_id: int | None = None,
+    servers: Sequence[str] = (),
+) -> list[str]:
+    """The command line that runs a cluster's ZooKeeper: standalone, or (``server_id`` and
+    ``servers``, each ``N=host:peer:election``) one member of its ensemble."""
+    cmd = [
         sys.executable,
         "-m",
         "broker.cli.main",
@@ -212,3 +224,15 @@ def zookeeper_command(port: int, data_dir: Path) -> list[str]:
         "--tick-time",
         str(CLUSTER_ZK_TICK_MS),
     ]
+    if servers:
+        cmd += [
+            "--id",
+            str(server_id),
+            "--init-limit",
+            str(CLUSTER_ZK_INIT_LIMIT),
+            "--sync-limit",
+            str(CLUSTER_ZK_SYNC_LIMIT),
+        ]
+        for spec in servers:
+            cmd += ["--server", spec]
+    return cmd

@@ -27,7 +27,7 @@ from tests.harness.clients import (
     kafka_admin,
     read_log_batches,
 )
-from tests.harness.ports import free_port, free_port_range
+from tests.harness.ports import free_port_range
 from tests.harness.processes import kill_pid, pid_alive, pids_mentioning, wait_pid_gone
 from tests.harness.raw import RawConnection, api_versions_ok
 from tests.harness.waiting import wait_for
@@ -66,13 +66,17 @@ class Cluster:
         props: dict[str, str],
         brokers: int = 1,
         security: str | None = None,
+        zookeepers: int = 1,
     ) -> None:
         """``security``: ``cluster up --security`` (ssl, sasl_plaintext, sasl_ssl); the
-        admin's client settings then come from cluster.json's ``client_config``."""
+        admin's client settings then come from cluster.json's ``client_config``.
+        ``zookeepers``: ``cluster up --zookeepers`` (1, or an ensemble of 3 or 5 nodes on
+        free ports)."""
         self.dir = directory
         self.props = props
         self.brokers = brokers
         self.security = security
+        self.zookeepers = zookeepers
         self.json: dict[str, Any] = {}
         self.bootstrap = ""
         self._pids_seen: set[int] = set()
@@ -141,13 +145,16 @@ class Cluster:
         out = []
         if isinstance(self.json.get("zookeeper_pid"), int):
             out.append(self.json["zookeeper_pid"])
+        for n in self.json.get("zookeepers", []):
+            if isinstance(n.get("pid"), int) and n["pid"] not in out:
+                out.append(n["pid"])
         for b in self.json.get("brokers", []):
             if isinstance(b.get("pid"), int):
                 out.append(b["pid"])
         return out
 
     def up(self) -> None:
-        zk_port = free_port()
+        zk_port = free_port_range(self.zookeepers)
         base_port = free_port_range(self.brokers)
         args = [
             "cluster",
@@ -161,6 +168,15 @@ class Cluster:
             "--zk-port",
             str(zk_port),
         ]
+        if self.zookeepers != 1:
+            args += [
+                "--zookeepers",
+                str(self.zookeepers),
+                "--zk-peer-port",
+                str(free_port_range(self.zookeepers)),
+                "--zk-election-port",
+                str(free_port_range(self.zookeepers)),
+            ]
         for key, value in self.props.items():
             args += ["--set", f"{key}={value}"]
         if self.security:
@@ -385,6 +401,82 @@ class Cluster:
         raise AssertionError(
             f"cluster at {self.bootstrap} not ready within {timeout_s}s (last: {last})"
         )
+
+    # -- ZooKeeper nodes --
+
+    def zk_nodes(self) -> list[dict[str, Any]]:
+        """cluster.json's ``zookeepers`` entries (id, host, port, peer/election ports, pid)."""
+        return list(self.json.get("zookeepers", []))
+
+    def zk_node_ids(self) -> list[int]:
+        return sorted(int(n["id"]) for n in self.zk_nodes())
+
+    def zk_node(self, node_id: int) -> dict[str, Any]:
+        for n in self.zk_nodes():
+            if n.get("id") == node_id:
+                return n
+        raise KeyError(f"ZooKeeper node {node_id} not in {self.dir}/cluster.json")
+
+    def zk_modes(self) -> dict[int, str | None]:
+        """{node id: what ``srvr`` says (leader, follower, standalone, "not serving"), None
+        when nothing answers}."""
+        from broker.zookeeper import zookeeper_mode
+
+        return {
+            int(n["id"]): zookeeper_mode(str(n["host"]), int(n["port"]), timeout=2.0)
+            for n in self.zk_nodes()
+        }
+
+    def wait_zk_modes(self, serving: list[int], timeout_s: float = 60.0) -> dict[int, str | None]:
+        """Until exactly the nodes ``serving`` answer as leader or follower (standalone for
+        one node) and every other node answers nothing or "not serving"."""
+
+        def check() -> dict[int, str | None] | None:
+            modes = self.zk_modes()
+            up = sorted(i for i, m in modes.items() if m in ("leader", "follower", "standalone"))
+            return modes if up == sorted(serving) else None
+
+        modes: dict[int, str | None] = wait_for(
+            check, timeout_s, f"ZooKeeper nodes {serving} (only) serving"
+        )
+        return modes
+
+    def stop_zookeeper(self, node_id: int) -> None:
+        """``cluster stop-zookeeper --node``; asserts the node's pid is gone."""
+        old_pid = self.zk_node(node_id).get("pid")
+        self.cli("cluster", "stop-zookeeper", "--dir", str(self.dir), "--node", str(node_id))
+        if isinstance(old_pid, int):
+            assert wait_pid_gone(old_pid, 30), f"ZooKeeper node {node_id} pid {old_pid} alive"
+        assert self.zk_node(node_id).get("pid") is None, self.zk_node(node_id)
+
+    def start_zookeeper(self, node_id: int) -> None:
+        """``cluster start-zookeeper --node``; asserts the new pid runs."""
+        self.cli("cluster", "start-zookeeper", "--dir", str(self.dir), "--node", str(node_id))
+        pid = self.zk_node(node_id).get("pid")
+        assert isinstance(pid, int) and pid_alive(pid), self.zk_node(node_id)
+
+    def zk_session_node(self, path: str = "/controller") -> int | None:
+        """The ZooKeeper node whose connections include the session owning the ephemeral
+        znode ``path`` (by default the controller's), from ``cons``; None if unknown."""
+        from kazoo.client import KazooClient
+        from kazoo.exceptions import NoNodeError
+
+        from broker.zookeeper import node_with_session
+
+        zk = KazooClient(hosts=str(self.json["zookeeper"]), timeout=10.0)
+        zk.start(timeout=15)
+        try:
+            _data, stat = zk.get(path)
+        except NoNodeError:
+            return None
+        finally:
+            zk.stop()
+            zk.close()
+        nodes = self.zk_nodes()
+        index = node_with_session(
+            [(str(n["host"]), int(n["port"])) for n in nodes], int(stat.ephemeralOwner)
+        )
+        return None if index is None else int(nodes[index]["id"])
 
     # -- cluster state --
 
@@ -626,9 +718,13 @@ class Cluster:
 
 
 def start_cluster(
-    directory: Path, props: dict[str, str], brokers: int = 1, security: str | None = None
+    directory: Path,
+    props: dict[str, str],
+    brokers: int = 1,
+    security: str | None = None,
+    zookeepers: int = 1,
 ) -> Cluster:
-    cluster = Cluster(directory, props, brokers, security)
+    cluster = Cluster(directory, props, brokers, security, zookeepers)
     try:
         cluster.up()
     except BaseException:

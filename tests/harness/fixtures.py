@@ -2,11 +2,12 @@
 them from here):
 
 * ``cluster`` (module-scoped): one cluster per test module, single-broker unless the
-  module's ``pytest.mark.cluster_config({...}, brokers=N)`` marker asks for N brokers.
-  Broker properties come from the marker (passed as ``--set``).
+  module's ``pytest.mark.cluster_config({...}, brokers=N)`` marker asks for N brokers
+  (``zookeepers=3``: on a ZooKeeper ensemble of 3). Broker properties come from the marker
+  (passed as ``--set``).
 * ``cluster_factory`` (function-scoped): ``cluster_factory({"k": "v"}, brokers=3,
-  security="sasl_ssl", k_with_dots=...)`` starts an extra cluster with its own properties,
-  torn down after the test.
+  security="sasl_ssl", zookeepers=3, k_with_dots=...)`` starts an extra cluster with its own
+  properties, torn down after the test.
 * Either may be secured (``security=`` in the marker or the factory: ``cluster up
   --security``); ``cluster.conf()``, ``admin()`` and ``raw()`` then connect as the admin
   super user, ``cluster.client_config`` holds the admin's librdkafka settings.
@@ -39,13 +40,15 @@ def cluster(
 ) -> Iterator[Cluster]:
     props: dict[str, str] = {}
     brokers = 1
+    zookeepers = 1
     security: str | None = None
     for marker in reversed(list(request.node.iter_markers("cluster_config"))):
         kwargs = dict(marker.kwargs)
         brokers = int(kwargs.pop("brokers", brokers))
+        zookeepers = int(kwargs.pop("zookeepers", zookeepers))
         security = kwargs.pop("security", security)
         props.update(merge_props(marker.args[0] if marker.args else None, kwargs))
-    c = start_cluster(tmp_path_factory.mktemp("cluster"), props, brokers, security)
+    c = start_cluster(tmp_path_factory.mktemp("cluster"), props, brokers, security, zookeepers)
     try:
         yield c
     finally:
@@ -62,10 +65,15 @@ def cluster_factory(
         props: dict[str, object] | None = None,
         brokers: int = 1,
         security: str | None = None,
+        zookeepers: int = 1,
         **kwargs: object,
     ) -> Cluster:
         c = start_cluster(
-            tmp_path_factory.mktemp("cluster"), merge_props(props, kwargs), brokers, security
+            tmp_path_factory.mktemp("cluster"),
+            merge_props(props, kwargs),
+            brokers,
+            security,
+            zookeepers,
         )
         started.append(c)
         return c
