@@ -57,7 +57,7 @@ test: setup
 # (MILLRACE_COMPACTION_KILLS), 1,000,000 fuzzed requests against a broker
 # (MILLRACE_FUZZ_REQUESTS; tests/fuzz/test_fuzz_long.py, figures in benchmarks/fuzz-long.json,
 # replay with MILLRACE_FUZZ_SEED), and the Jepsen-style harness (tests/fault): for each of its
-# eleven fault kinds a run of MILLRACE_FAULTS_PER_KIND faults against the four workloads at
+# twelve fault kinds a run of MILLRACE_FAULTS_PER_KIND faults against the four workloads at
 # once (>= 100 faults per workload), whose reports (reliability/faults/*.json) become
 # RELIABILITY.md's table, even when a run found an anomaly. About 90 minutes.
 fault: setup

@@ -10,6 +10,9 @@ Each fault kind is injected, held for a random time, then healed:
 * ``restart-zookeeper``: SIGKILL ZooKeeper, restarted when healed;
 * ``partition-brokers``: cut one broker off from the other brokers (ZooKeeper and the
   clients still reach it);
+* ``reject-brokers``: as ``partition-brokers``, but the cut resets connections (a firewall
+  that rejects): the controller takes the refused connections for a dead process and fails
+  the broker over while it lives (a false report, docs/failover.md), then takes it back;
 * ``partition-zookeeper``: cut one broker off from ZooKeeper for longer than its session;
 * ``partition-clients``: cut one broker off from the clients;
 * ``lossy-link``: drop 30% of the packets between one broker and the others (a slow,
@@ -54,6 +57,7 @@ KINDS = (
     "pause-broker",
     "restart-zookeeper",
     "partition-brokers",
+    "reject-brokers",
     "partition-zookeeper",
     "partition-clients",
     "lossy-link",
@@ -184,6 +188,15 @@ class Scheduler:
         self._hold(3.0, 12.0)
         self.cluster.topology.heal()
         return node, "cut off from the other brokers"
+
+    def _reject_brokers(self) -> tuple[str, str]:
+        node = self._pick_broker()
+        for other in self.brokers:
+            if other != node:
+                self.cluster.topology.reject(node, other)
+        self._hold(3.0, 12.0)
+        self.cluster.topology.heal()
+        return node, "cut off from the other brokers by resets"
 
     def _partition_zookeeper(self) -> tuple[str, str]:
         node = self._pick_broker()

@@ -180,6 +180,15 @@ class Topology:
         self._rule("FORWARD", ["-s", ia, "-d", ib, "-j", "DROP"])
         self._rule("FORWARD", ["-s", ib, "-d", ia, "-j", "DROP"])
 
+    def reject(self, a: str, b: str) -> None:
+        """Reset every TCP segment between nodes ``a`` and ``b``, both directions: a firewall
+        that rejects, so connections are refused as if nothing listened (the controller's
+        process watch takes that for a dead process: a false report, docs/failover.md)."""
+        ia, ib = self.nodes[a].ip, self.nodes[b].ip
+        for src, dst in ((ia, ib), (ib, ia)):
+            spec = ["-s", src, "-d", dst, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"]
+            self._rule("FORWARD", spec)
+
     def lossy(self, a: str, b: str, probability: float) -> None:
         """Drop a random ``probability`` of the packets between ``a`` and ``b`` (TCP
         retransmits: a slow, flaky link; ``tc netem`` is not available here)."""

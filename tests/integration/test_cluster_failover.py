@@ -14,8 +14,8 @@ acknowledged, while brokers are killed and restarted:
   duplicated.
 * Fast crash failover (docs/failover.md): with the default session timeout, a SIGKILLed
   leader and then the SIGKILLed controller lose their leaderships while their registrations
-  are still in ZooKeeper, their restarts register at once, and a paused leader is not
-  failed over.
+  are still in ZooKeeper, their restarts register at once, a paused leader is not failed
+  over, and a second broker with a running broker's id is refused at once.
 * SIGKILL of the controller: another broker takes over with a higher ``/controller_epoch``,
   creates topics, and moves a leader by preferred leader election (ElectLeaders).
 * The leader SIGKILL runs on a SASL_SSL cluster, the controller SIGKILL on a mutual-TLS one
@@ -30,15 +30,20 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
 
 from broker.protocol import records as rec
+from tests.harness.ports import free_port
+from tests.harness.processes import kill_pid
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -307,7 +312,7 @@ def wait_failed_over_before_expiry(c: Cluster, topic: str, dead: int) -> None:
 
 
 def test_dead_processes_fail_over_before_their_sessions_expire(
-    cluster_factory: Callable[..., Cluster], topic_name: str
+    cluster_factory: Callable[..., Cluster], topic_name: str, tmp_path: Path
 ) -> None:
     # Kafka's default session timeout (ZooKeeper caps it at 20 ticks): the fast path must
     # not need a short one
@@ -347,6 +352,33 @@ def test_dead_processes_fail_over_before_their_sessions_expire(
         producer.stop()
     producer.check_served(c)
     check_identical_logs(c, topic_name, partitions)
+    check_duplicate_id_refused(c, tmp_path)
+
+
+def check_duplicate_id_refused(c: Cluster, tmp_path: Path) -> None:
+    """A second broker with a running broker's id stops at once with a message that names
+    the running one (it does not wait for a session to expire)."""
+    config = tmp_path / "duplicate.properties"
+    config.write_text(
+        "broker.id=1\n"
+        f"listeners=PLAINTEXT://127.0.0.1:{free_port()}\n"
+        f"log.dirs={tmp_path / 'duplicate-data'}\n"
+        f"zookeeper.connect={c.json['zookeeper']}\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker.cli.main", "broker", "start", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        kill_pid(proc.pid)
+    text = err.decode(errors="replace")
+    assert proc.returncode == 1, text
+    assert "broker id 1 is already registered in ZooKeeper by a running broker" in text, text
+    assert c.broker_address(1).split(":")[-1] in text, text
 
 
 def test_controlled_shutdown_moves_leadership_first(
