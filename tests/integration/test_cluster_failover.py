@@ -19,7 +19,9 @@ acknowledged, while brokers are killed and restarted:
 * SIGKILL of the controller: another broker takes over with a higher ``/controller_epoch``,
   creates topics, and moves a leader by preferred leader election (ElectLeaders).
 * The leader SIGKILL runs on a SASL_SSL cluster, the controller SIGKILL on a mutual-TLS one
-  (issue 28): every inter-broker request goes over the secured listener.
+  (issue 28): every inter-broker request goes over the secured listener. Those two run in
+  ``make fault`` (marker long); ``make test`` runs the fast-failover test, on SASL_SSL, which
+  kills a leader and the controller too.
 * KIP-101 divergent logs: (a) a leader with acks=1 records its paused followers never saw is
   killed, a follower takes over and writes more, the old leader returns and truncates;
   (b) a fast double leader change under load. Both end with identical logs everywhere.
@@ -263,6 +265,7 @@ def leader_of(c: Cluster, topic: str, partition: int, not_in: tuple[int, ...] = 
 # --- tests -----------------------------------------------------------------------------------
 
 
+@pytest.mark.long  # make fault; make test has test_dead_processes_fail_over_...
 def test_leader_sigkill_and_restart(
     cluster_factory: Callable[..., Cluster], topic_name: str
 ) -> None:
@@ -316,7 +319,9 @@ def test_dead_processes_fail_over_before_their_sessions_expire(
 ) -> None:
     # Kafka's default session timeout (ZooKeeper caps it at 20 ticks): the fast path must
     # not need a short one
-    c = start_cluster(cluster_factory, {"zookeeper.session.timeout.ms": "18000"})
+    # secured (issue 28): the controller's watch of each broker completes a TLS handshake,
+    # and every request of the fail-over goes over SASL_SSL
+    c = start_cluster(cluster_factory, {"zookeeper.session.timeout.ms": "18000"}, "sasl_ssl")
     partitions = 3
     make_topic(c, topic_name, partitions)
     producer = ContinuousProducer(c, topic_name, partitions).start()
@@ -440,6 +445,7 @@ def test_rolling_restart_under_load(
     check_identical_logs(c, topic_name, partitions)
 
 
+@pytest.mark.long  # make fault; make test has test_dead_processes_fail_over_...
 def test_controller_sigkill_failover(
     cluster_factory: Callable[..., Cluster], topic_name: str
 ) -> None:
