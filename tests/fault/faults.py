@@ -11,8 +11,10 @@ Each fault kind is injected, held for a random time, then healed:
 * ``partition-brokers``: cut one broker off from the other brokers (ZooKeeper and the
   clients still reach it);
 * ``reject-brokers``: as ``partition-brokers``, but the cut resets connections (a firewall
-  that rejects): the controller takes the refused connections for a dead process and fails
-  the broker over while it lives (a false report, docs/failover.md), then takes it back;
+  that rejects): requests across it are reset and new connections refused, as if nothing
+  listened. The controller's idle watch connection carries no packet and sees nothing; a
+  watch that reconnects during the cut takes the refusals for a dead process and fails the
+  live broker over (a false report, docs/failover.md), to take it back after the cut;
 * ``partition-zookeeper``: cut one broker off from ZooKeeper for longer than its session;
 * ``partition-clients``: cut one broker off from the clients;
 * ``lossy-link``: drop 30% of the packets between one broker and the others (a slow,

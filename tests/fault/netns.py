@@ -182,8 +182,8 @@ class Topology:
 
     def reject(self, a: str, b: str) -> None:
         """Reset every TCP segment between nodes ``a`` and ``b``, both directions: a firewall
-        that rejects, so connections are refused as if nothing listened (the controller's
-        process watch takes that for a dead process: a false report, docs/failover.md)."""
+        that rejects, so new connections are refused as if nothing listened (what the
+        controller's process watch would take for a dead process, docs/failover.md)."""
         ia, ib = self.nodes[a].ip, self.nodes[b].ip
         for src, dst in ((ia, ib), (ib, ia)):
             spec = ["-s", src, "-d", dst, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"]
