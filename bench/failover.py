@@ -307,9 +307,10 @@ leadership moved is the client's own recovery: librdkafka's idempotent producer 
 partition's in-flight requests to the dead leader and sometimes resumes only at its next
 metadata refresh, about 1 s later (seen in its debug log: "wait for outstanding requests to
 finish before producing to new leader", then "applying leader-id update -1 -> 2" 1.0 s later);
-Kafka's clients see the same after Kafka's failover. The victims were leaders that were not
-the controller as often as not (the leader alternates); a killed controller is found dead by the
-other brokers the same way (`docs/failover.md`).
+Kafka's clients see the same after Kafka's failover (about 1.8 s from the leader's move to the
+first acknowledgement on both systems). The victim was whichever broker led the partition, the
+controller included when it did: the other brokers find a dead controller's process the same
+way and elect a new controller at once (`docs/failover.md`).
 """
     replace_section(out, HEADING, section)
 
