@@ -50,7 +50,7 @@ $(JVM_STAMP): jvm/pom.xml jvm/kafka-dist/pom.xml jvm/spark-kafka/pom.xml jvm/del
 	@touch $(JVM_STAMP)
 
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider -m "not long" tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=40 -m "not long" tests
 
 # The fault-injection tests (marker fault), the long ones (marker long) included, with longer
 # runs: more seeded SIGKILLs of a broker in the middle of log cleaning
