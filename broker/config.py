@@ -16,6 +16,8 @@ Concurrency: every value here is immutable; a config change builds a new object.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +32,13 @@ __all__ = [
     "IGNORED_BROKER_CONFIGS",
     "BrokerConfig",
     "Listener",
+    "check_listeners",
     "parse_set_options",
     "read_properties",
 ]
 
 _T = ConfigType
+
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
@@ -398,15 +402,123 @@ class Listener:
     def parse(cls, text: str, prop: str = "listeners") -> Listener:
         try:
             name, rest = text.split("://", 1)
-            host, port = rest.rsplit(":", 1)
-            return cls(name.upper(), host.strip("[]") or "0.0.0.0", int(port))
+            host, port_text = rest.rsplit(":", 1)
+            port = int(port_text)
         except ValueError as exc:
             raise ConfigError(
                 f"Invalid value {text!r} for configuration {prop}: expected NAME://host:port"
             ) from exc
+        if not name.strip() or not 0 <= port <= 65535:
+            raise ConfigError(
+                f"Invalid value {text!r} for configuration {prop}: expected NAME://host:port "
+                "with a listener name and a port from 0 to 65535"
+            )
+        return cls(name.strip().upper(), host.strip("[]") or "0.0.0.0", port)
 
     def __str__(self) -> str:
         return f"{self.name}://{self.host}:{self.port}"
+
+
+_UNROUTABLE_HOSTS = frozenset({"0.0.0.0", "::"})
+
+
+def check_listeners(
+    listeners: list[Listener],
+    advertised: list[Listener],
+    *,
+    advertised_set: bool,
+    protocol_map: tuple[str, ...],
+) -> None:
+    """Kafka's start-up checks of ``listeners`` and ``advertised.listeners``
+    (``KafkaConfig``'s validation), each failing with a one-line :class:`ConfigError` naming
+    the setting:
+
+    * every listener has its own name, in ``listeners`` and in ``advertised.listeners``;
+    * every listener has its own port, except one IPv4 and one IPv6 address sharing a port;
+    * the names of ``advertised.listeners`` are among those of ``listeners``;
+    * every listener name has a security protocol in ``listener.security.protocol.map``
+      (which maps each protocol's own name by default);
+    * no advertised address is the wildcard ``0.0.0.0`` or ``::`` (a client cannot connect
+      to it): a broker binding to every interface names its own address in
+      ``advertised.listeners``.
+    """
+    _check_distinct_names("listeners", listeners)
+    if advertised_set:
+        _check_distinct_names("advertised.listeners", advertised)
+    _check_distinct_ports(listeners)
+    names = [x.name for x in listeners]
+    for item in advertised:
+        if item.name not in names:
+            raise ConfigError(
+                f"Invalid value for configuration advertised.listeners: listener {item.name} "
+                f"({item}) is not in listeners (listener names there: {', '.join(names)})"
+            )
+    mapped = {entry.partition(":")[0].strip().upper() for entry in protocol_map}
+    for item in listeners:
+        if item.name not in mapped:
+            raise ConfigError(
+                f"Invalid value for configuration listener.security.protocol.map: listener "
+                f"{item.name} of listeners has no security protocol (add "
+                f"{item.name}:PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL to "
+                f"listener.security.protocol.map)"
+            )
+    for item in advertised:
+        if item.host in _UNROUTABLE_HOSTS:
+            prop = "advertised.listeners" if advertised_set else "listeners"
+            why = "" if advertised_set else " (advertised.listeners is unset: listeners is)"
+            raise ConfigError(
+                f"Invalid value for configuration {prop}: {item} is advertised to clients, "
+                f"who cannot connect to the wildcard address {item.host}{why}; set "
+                "advertised.listeners to this host's own name or address"
+            )
+
+
+def _check_distinct_names(prop: str, items: list[Listener]) -> None:
+    seen: dict[str, Listener] = {}
+    for item in items:
+        if item.name in seen:
+            raise ConfigError(
+                f"Invalid value for configuration {prop}: listener name {item.name} is used "
+                f"twice ({seen[item.name]} and {item}); each listener needs a name of its own"
+            )
+        seen[item.name] = item
+
+
+def _check_distinct_ports(listeners: list[Listener]) -> None:
+    """Port 0 (any free port) may repeat; so may a port shared by an IPv4 and an IPv6
+    address, as Kafka allows."""
+    by_port: dict[int, Listener] = {}
+    for item in listeners:
+        other = by_port.get(item.port)
+        if other is not None and item.port != 0 and not _one_v4_one_v6(other.host, item.host):
+            raise ConfigError(
+                f"Invalid value for configuration listeners: {other} and {item} use the same "
+                f"port {item.port}; each listener needs a port of its own"
+            )
+        by_port[item.port] = item
+
+
+def _advertised(items: tuple[str, ...], prop: str = "listeners") -> list[Listener]:
+    """The listeners given to clients: as written, except that a listener without a host
+    (``PLAINTEXT://:9092``, bound to every interface) is advertised with this machine's fully
+    qualified name, as Kafka advertises its canonical host name."""
+    out = []
+    for text in items:
+        listener = Listener.parse(text, prop)
+        if not text.split("://", 1)[1].rsplit(":", 1)[0]:
+            listener = dataclasses.replace(listener, host=socket.getfqdn())
+        out.append(listener)
+    return out
+
+
+def _one_v4_one_v6(a: str, b: str) -> bool:
+    """True if one of two listener hosts is an IPv4 address and the other an IPv6 one (Kafka
+    lets such a pair share a port)."""
+    try:
+        versions = {ipaddress.ip_address(a).version, ipaddress.ip_address(b).version}
+    except ValueError:
+        return False
+    return versions == {4, 6}
 
 
 class BrokerConfig:
@@ -441,7 +553,13 @@ class BrokerConfig:
         self.listeners = listeners
         adv = values["advertised.listeners"]
         self.advertised_listeners = (
-            [Listener.parse(x, "advertised.listeners") for x in adv] if adv else listeners
+            _advertised(adv, "advertised.listeners") if adv else _advertised(values["listeners"])
+        )
+        check_listeners(
+            listeners,
+            self.advertised_listeners,
+            advertised_set=bool(adv),
+            protocol_map=values["listener.security.protocol.map"],
         )
         dirs = values["log.dirs"] or (values["log.dir"],)
         self.log_dirs = [Path(d) for d in dirs]

@@ -90,10 +90,11 @@ class BrokerChanges:
             )
             await self.on_bounce(bounced)
 
-    async def refresh_live_brokers(self) -> tuple[set[int], set[int]]:
+    async def refresh_live_brokers(self, at_failover: bool = False) -> tuple[set[int], set[int]]:
         """Re-read ``/brokers/ids``; returns (new or bounced brokers, dead or bounced). A
         fenced broker's registration (the epoch it was fenced at) is not counted live; a new
-        registration of it (a restart) is."""
+        registration of it (a restart) is. ``at_failover``: this controller just took over
+        (the registrations it finds are not new: see :meth:`_sync_liveness`)."""
         ctx = self.ctx
         ids = set(await self.zk.get_broker_ids())
         new: set[int] = set()
@@ -134,11 +135,14 @@ class BrokerChanges:
             for broker_id in sorted(new):
                 host, port = ctx.address(ctx.live_brokers[broker_id])
                 channel.add_broker(broker_id, host, port)
-        self._sync_liveness()
+        self._sync_liveness(fresh=set() if at_failover else new)
         return new, dead
 
-    def _sync_liveness(self) -> None:
-        """Watch every live broker but the controller's own, and the fenced ones."""
+    def _sync_liveness(self, fresh: set[int] | frozenset[int] = frozenset()) -> None:
+        """Watch every live broker but the controller's own, and the fenced ones. The
+        ``fresh`` registrations (made while this controller is active) get the watch's grace
+        period: a Kafka broker registers before it listens. The ones found at fail-over do
+        not: one of them may be the dead controller, never to be seen listening."""
         liveness = self.liveness
         if liveness is None:
             return
@@ -146,7 +150,8 @@ class BrokerChanges:
         for broker_id, node in ctx.live_brokers.items():
             if broker_id != self.requests.controller_id:
                 host, port = ctx.address(node)
-                liveness.watch(broker_id, ctx.broker_epochs[broker_id], host, port)
+                epoch = ctx.broker_epochs[broker_id]
+                liveness.watch(broker_id, epoch, host, port, grace=broker_id in fresh)
         liveness.keep_only(
             (set(ctx.live_brokers) | set(ctx.fenced)) - {self.requests.controller_id}
         )

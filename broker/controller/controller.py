@@ -381,7 +381,7 @@ class Controller:
             self.brokers.liveness = self._liveness_factory(
                 lambda b, e: put(BrokerUnreachable(b, e)), lambda b, e: put(BrokerReachable(b, e))
             )
-        await self.brokers.refresh_live_brokers()
+        await self.brokers.refresh_live_brokers(at_failover=True)
         for name in await self.zk.get_all_topics():
             await self.driver.load_topic(name)
         ctx.deleting = set(await self.zk.get_topics_marked_for_deletion()) & set(ctx.topic_ids)

@@ -7,7 +7,9 @@ it (end-of-file, reset), the task *probes* by connecting again:
 
 * connected: the process listens (it closed an idle connection): watch again;
 * refused ``confirm_refusals`` times in a row, ``probe_interval_s`` apart: nothing listens on
-  the port, the process is gone: ``on_dead(broker_id, epoch)``, once;
+  the port, the process is gone: ``on_dead(broker_id, epoch)``, once. A registration that was
+  never seen listening is reported only once it is ``unseen_grace_s`` old: a Kafka broker
+  registers before it listens;
 * timed out or unreachable: a dead host, a partition or a slow broker: inconclusive, never
   reported; probed again every ``inconclusive_retry_s``.
 
@@ -52,6 +54,8 @@ class _Watch:
     host: str
     port: int
     reported_dead: bool
+    seen_up: bool = False
+    since: float = 0.0
     task: asyncio.Task[None] | None = None
 
 
@@ -70,6 +74,7 @@ class BrokerLivenessWatch:
         dead_retry_s: float = 0.25,
         back_after_s: float = 1.0,
         connect_timeout_s: float = 1.0,
+        unseen_grace_s: float = 10.0,
     ) -> None:
         self._on_dead = on_dead
         self._on_back = on_back
@@ -80,6 +85,7 @@ class BrokerLivenessWatch:
         self._dead_retry_s = dead_retry_s
         self._back_after_s = back_after_s
         self._connect_timeout_s = connect_timeout_s
+        self._unseen_grace_s = unseen_grace_s
         self._watches: dict[int, _Watch] = {}
         self._closed = False
 
@@ -89,11 +95,20 @@ class BrokerLivenessWatch:
         return {b: w.epoch for b, w in self._watches.items()}
 
     def watch(
-        self, broker_id: int, epoch: int, host: str, port: int, *, dead: bool = False
+        self,
+        broker_id: int,
+        epoch: int,
+        host: str,
+        port: int,
+        *,
+        dead: bool = False,
+        grace: bool = True,
     ) -> None:
         """Watch the broker's process (registered with ``epoch`` at ``host:port``); with
-        ``dead``, it is already known dead (fenced) and only its return is reported. A no-op
-        when the same broker is watched with the same epoch and address."""
+        ``dead``, it is already known dead (fenced) and only its return is reported; without
+        ``grace``, a registration never seen listening is reported at once (one that was
+        there before this controller, rather than one just made). A no-op when the same
+        broker is watched with the same epoch and address."""
         if self._closed:
             return
         current = self._watches.get(broker_id)
@@ -101,7 +116,15 @@ class BrokerLivenessWatch:
             if (current.epoch, current.host, current.port) == (epoch, host, port):
                 return
             self.unwatch(broker_id)
-        w = _Watch(broker_id, epoch, host, port, reported_dead=dead)
+        since = asyncio.get_running_loop().time() - (0.0 if grace else self._unseen_grace_s)
+        w = _Watch(
+            broker_id,
+            epoch,
+            host,
+            port,
+            reported_dead=dead,
+            since=since,
+        )
         w.task = asyncio.get_running_loop().create_task(
             self._run(w), name=f"broker-liveness broker={broker_id}"
         )
@@ -131,6 +154,7 @@ class BrokerLivenessWatch:
             if streams is not None:
                 reader, writer = streams
                 refusals = 0
+                w.seen_up = True
                 try:
                     if w.reported_dead:
                         if await self._closes_within(reader):
@@ -145,7 +169,11 @@ class BrokerLivenessWatch:
                 continue  # probe at once
             if outcome is _Probe.REFUSED:
                 refusals += 1
-                if not w.reported_dead and refusals >= self._confirm_refusals:
+                if (
+                    not w.reported_dead
+                    and refusals >= self._confirm_refusals
+                    and self._may_report(w)
+                ):
                     w.reported_dead = True
                     log.warning(
                         "broker %d (epoch %d): its port %s:%d refuses connections: the "
@@ -162,6 +190,13 @@ class BrokerLivenessWatch:
             else:
                 refusals = 0
                 await asyncio.sleep(self._inconclusive_retry_s)
+
+    def _may_report(self, w: _Watch) -> bool:
+        """A registration never seen listening may be a broker that registers before it
+        listens (Kafka does): it is reported only after ``unseen_grace_s``."""
+        if w.seen_up:
+            return True
+        return asyncio.get_running_loop().time() - w.since >= self._unseen_grace_s
 
     async def _connect(
         self, w: _Watch

@@ -103,7 +103,7 @@ def test_several_hosts(tmp_path: Path) -> None:
     assert report_path.exists(), f"no report (rc {proc.returncode}):\n{output[-4000:]}"
     report = json.loads(report_path.read_text())
     print(json.dumps(report["timings"], indent=1), file=sys.stderr)
-    print(json.dumps(report["observations"], indent=1)[:4000], file=sys.stderr)
+    print(json.dumps(report["observations"])[:4000], file=sys.stderr)
     assert "error" not in report, report["error"]
     failed = [c for c in report["checks"] if not c["ok"]]
     assert not failed, json.dumps(failed, indent=1)[:20000]

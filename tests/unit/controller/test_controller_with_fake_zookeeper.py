@@ -855,7 +855,7 @@ async def test_a_dead_controller_is_replaced_without_waiting_for_its_session(
 ) -> None:
     """Another broker found the controller's process gone: it deletes that /controller
     (and only that one), and the election runs at once."""
-    zk = cluster.any_zk()
+    zk = cluster.nodes[2].zk
     registration = await zk.get_controller_registration()
     assert registration is not None and registration[0] == 1
     c2 = cluster.nodes[2].controller
@@ -864,11 +864,15 @@ async def test_a_dead_controller_is_replaced_without_waiting_for_its_session(
     await cluster.settle()
     assert await zk.get_controller_registration() == registration
     # the controller's process dies; its ZooKeeper session lives on (no heartbeats missed yet)
-    c1 = cluster.nodes[1].controller
-    assert c1 is not None
-    await c1.shutdown()
-    assert await zk.get_controller_registration() == registration
-    c2.events.put(ControllerUnreachable(1, registration[1]))
-    await cluster.settle()
-    assert cluster.active.broker_id in (2, 3)
+    dead = cluster.nodes.pop(1)
+    assert dead.controller is not None
+    await dead.controller.shutdown()
+    try:
+        assert await zk.get_controller_registration() == registration
+        c2.events.put(ControllerUnreachable(1, registration[1]))
+        await cluster.settle()
+        assert cluster.active.broker_id in (2, 3)
+    finally:
+        await dead.topic_configs.stop()
+        await dead.zk.close()
     assert (await zk.get_controller_epoch()).value == 2  # type: ignore[union-attr]

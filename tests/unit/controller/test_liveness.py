@@ -192,19 +192,39 @@ def test_unwatch_and_a_new_epoch_replace_the_watch() -> None:
     asyncio.run(scenario())
 
 
-def test_a_port_nobody_listens_on_is_reported_for_a_new_watch() -> None:
-    """A broker that registered and died before the watch started."""
+def test_a_registration_never_seen_listening_gets_a_grace_period() -> None:
+    """A Kafka broker registers before it listens: its refusals count only once the watch
+    is ``unseen_grace_s`` old (a broker that died before ever listening)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
 
     async def scenario() -> None:
         reports = Reports()
-        watch = watch_for(reports)
+        watch = BrokerLivenessWatch(
+            reports.on_dead, reports.on_back, back_after_s=0.2, unseen_grace_s=1.0
+        )
         watch.watch(5, 9, "127.0.0.1", port)
         try:
-            await reports.wait()
+            await asyncio.sleep(0.5)
+            assert reports.dead == []  # within the grace period
+            listener = Listener(port)
+            await listener.start()  # it listens at last
+            await _wait_connected(listener)
+            await asyncio.sleep(0.7)
+            assert reports.dead == []
+            await listener.die()
+            await reports.wait()  # seen listening: reported at once
             assert reports.dead == [(5, 9)]
+            watch.watch(6, 1, "127.0.0.1", port)  # never listens
+            await reports.wait()
+            assert reports.dead == [(5, 9), (6, 1)]
+            # a registration found at fail-over (it may be the dead controller's): no grace
+            started = asyncio.get_running_loop().time()
+            watch.watch(7, 1, "127.0.0.1", port, grace=False)
+            await reports.wait()
+            assert reports.dead[-1] == (7, 1)
+            assert asyncio.get_running_loop().time() - started < 0.9
         finally:
             await watch.close()
 
