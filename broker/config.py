@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.config_def import ConfigDef, ConfigError, ConfigType, at_least
+from broker.protocol import inter_broker_protocol as ibp
 from broker.security.security_configs import SECURITY_CONFIGS, listener_override_name
 from broker.topic_config import TOPIC_CONFIG_SYNONYMS, TOPIC_CONFIGS, LogConfig
 
@@ -38,6 +39,14 @@ __all__ = [
 ]
 
 _T = ConfigType
+
+
+def _valid_ibp(value: object) -> bool:
+    try:
+        ibp.parse_ibp(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {
@@ -240,6 +249,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ),
         ConfigDef("controlled.shutdown.enable", _T.BOOLEAN, True, "controlled shutdown"),
         ConfigDef(
+            "inter.broker.protocol.version",
+            _T.STRING,
+            str(ibp.DEFAULT),
+            "the inter-broker protocol of a mixed or upgrading cluster (Kafka's metadata "
+            "versions; broker/protocol/inter_broker_protocol.py)",
+            _valid_ibp,
+            f"one of Kafka 3.9's versions, {ibp.IBP_VERSIONS[0]} .. {ibp.IBP_VERSIONS[-1]}",
+        ),
+        ConfigDef(
             "millrace.broker.failure.detection.enable",
             _T.BOOLEAN,
             True,
@@ -384,7 +402,6 @@ IGNORED_BROKER_CONFIGS = frozenset(
         "socket.receive.buffer.bytes",
         "background.threads",
         "group.coordinator.rebalance.protocols",
-        "inter.broker.protocol.version",
         "principal.builder.class",
     }
 )

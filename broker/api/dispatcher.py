@@ -38,6 +38,7 @@ from typing import Any
 
 from broker.api import (
     acls,
+    alter_partition,
     api_versions,
     client_quotas,
     configs,
@@ -90,6 +91,8 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.STOP_REPLICA: inter_broker.handle_stop_replica,
     ApiKey.UPDATE_METADATA: inter_broker.handle_update_metadata,
     ApiKey.CONTROLLED_SHUTDOWN: inter_broker.handle_controlled_shutdown,
+    ApiKey.ALTER_PARTITION: alter_partition.handle_alter_partition,
+    ApiKey.ALLOCATE_PRODUCER_IDS: alter_partition.handle_allocate_producer_ids,
     ApiKey.OFFSET_COMMIT: offsets.handle_offset_commit,
     ApiKey.OFFSET_FETCH: offsets.handle_offset_fetch,
     ApiKey.FIND_COORDINATOR: find_coordinator.handle,
@@ -150,6 +153,8 @@ THROTTLE_EXEMPT_APIS = frozenset(
         ApiKey.STOP_REPLICA,
         ApiKey.UPDATE_METADATA,
         ApiKey.CONTROLLED_SHUTDOWN,
+        ApiKey.ALTER_PARTITION,
+        ApiKey.ALLOCATE_PRODUCER_IDS,
         ApiKey.WRITE_TXN_MARKERS,
     }
 )

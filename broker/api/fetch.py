@@ -1,5 +1,14 @@
-"""Fetch (key 1), versions 4-12: consumers' and followers' reads, answered with the zero-copy
+"""Fetch (key 1), versions 4-17: consumers' and followers' reads, answered with the zero-copy
 encoder of :mod:`broker.protocol.fetch_response`.
+
+Versions 13-17 are served for Kafka brokers following a Millrace leader: a Kafka 3.9
+replica fetcher sends the version its ``inter.broker.protocol.version`` names (17 at 3.9)
+without asking ApiVersions. They name topics by id (v13+, KIP-516: an id this broker does not
+know answers UNKNOWN_TOPIC_ID), and carry the follower's id in the tagged ``ReplicaState``
+(v15+). ApiVersions still advertises v4-v12 to clients (registry.py). Truncation on fetch
+(v12+, KIP-595): a fetch naming the epoch of its last record is checked against the leader's
+epoch cache and may be answered with a ``diverging_epoch`` instead of records
+(``ReplicaManager``), which Kafka followers rely on from IBP 2.7.
 
 Semantics: long poll (``max_wait_ms``/``min_bytes``), per-partition and per-response byte
 limits (the first partition with data always returns at least one whole batch so a consumer
@@ -23,7 +32,8 @@ quota is answered at once with no data and ``throttle_time_ms``, as Kafka does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import uuid
+from typing import TYPE_CHECKING, Any
 
 from broker.api.authorization import denied
 from broker.api.context import RequestContext
@@ -44,23 +54,37 @@ if TYPE_CHECKING:
 
 async def handle(ctx: RequestContext, request: messages.FetchRequest) -> Response:
     version = ctx.version
-    wanted = [
-        FetchRequestPartition(
-            TopicPartition(topic.topic, int(p.partition)),
-            int(p.fetch_offset),
-            int(p.partition_max_bytes),
-            int(getattr(p, "current_leader_epoch", -1)),
-        )
-        for topic in request.topics
-        for p in topic.partitions
-    ]
-    replica_id = int(request.replica_id)
+    ids = _TopicIds(ctx) if version >= TOPIC_ID_VERSION else None
+    wanted: list[FetchRequestPartition] = []
+    unknown: list[FetchPartitionData] = []
+    topics: tuple[Any, ...] = request.topics  # v4-v12 by name, v13+ by id
+    for topic in topics:
+        name = str(topic.topic) if ids is None else ids.name_of(topic.topic_id)
+        if name is None:  # an id this broker does not know: UNKNOWN_TOPIC_ID, echoing it
+            unknown += [
+                FetchPartitionData(
+                    "", int(p.partition), ErrorCode.unknown_topic_id, topic_id=topic.topic_id
+                )
+                for p in topic.partitions
+            ]
+            continue
+        for p in topic.partitions:
+            wanted.append(
+                FetchRequestPartition(
+                    TopicPartition(name, int(p.partition)),
+                    int(p.fetch_offset),
+                    int(p.partition_max_bytes),
+                    int(getattr(p, "current_leader_epoch", -1)),
+                    int(getattr(p, "last_fetched_epoch", -1)),
+                )
+            )
+    replica_id = _replica_id(request, version)
     if version >= 7:
-        forgotten = [
-            TopicPartition(t.topic, int(p))
-            for t in getattr(request, "forgotten_topics_data", ())
-            for p in t.partitions
-        ]
+        forgotten: list[TopicPartition] = []
+        for t in getattr(request, "forgotten_topics_data", ()):
+            forgotten_name = str(t.topic) if ids is None else ids.name_of(t.topic_id)
+            if forgotten_name is not None:
+                forgotten += [TopicPartition(forgotten_name, int(p)) for p in t.partitions]
         context = ctx.services.replica_manager.fetch_sessions.new_context(
             int(getattr(request, "session_id", 0)),
             int(getattr(request, "session_epoch", -1)),
@@ -108,20 +132,66 @@ async def handle(ctx: RequestContext, request: messages.FetchRequest) -> Respons
     return encode_fetch_response(
         version,
         [
-            FetchPartitionData(
-                r.tp.topic,
-                r.tp.partition,
-                r.error,
-                r.high_watermark,
-                r.last_stable_offset,
-                r.log_start_offset,
-                r.aborted_transactions,
-                r.slice,
-            )
-            for r in context.response(results)
+            *(
+                FetchPartitionData(
+                    r.tp.topic,
+                    r.tp.partition,
+                    r.error,
+                    r.high_watermark,
+                    r.last_stable_offset,
+                    r.log_start_offset,
+                    r.aborted_transactions,
+                    r.slice,
+                    topic_id=None if ids is None else ids.id_of(r.tp.topic),
+                    diverging_epoch=r.diverging_epoch,
+                )
+                for r in context.response(results)
+            ),
+            *unknown,
         ],
         session_id=context.session_id,
     )
+
+
+TOPIC_ID_VERSION = 13
+"""Fetch v13+ names topics by id (KIP-516)."""
+REPLICA_STATE_VERSION = 15
+"""Fetch v15+ carries the follower's id in the tagged ``ReplicaState`` (KIP-903)."""
+
+
+def _replica_id(request: Any, version: int) -> int:
+    if version >= REPLICA_STATE_VERSION:
+        return int(request.replica_state.replica_id)
+    return int(request.replica_id)
+
+
+class _TopicIds:
+    """Topic ids <-> names for one v13+ request: those LeaderAndIsr gave the replica manager
+    (a just-started leader has them before its metadata cache), then the metadata cache's."""
+
+    def __init__(self, ctx: RequestContext) -> None:
+        self.metadata = ctx.services.metadata
+        self.known = ctx.services.replica_manager.topic_ids
+        self._ids: dict[str, uuid.UUID | None] = {}
+
+    def name_of(self, topic_id: uuid.UUID | None) -> str | None:
+        if topic_id is None:
+            return None
+        for name, known in self.known.items():
+            if known == topic_id:
+                self._ids[name] = topic_id
+                return name
+        info = self.metadata.topic_by_id(topic_id)
+        if info is None:
+            return None
+        self._ids[info.name] = topic_id
+        return info.name
+
+    def id_of(self, name: str) -> uuid.UUID | None:
+        if name not in self._ids:
+            info = self.metadata.topic(name)
+            self._ids[name] = self.known.get(name) or (None if info is None else info.topic_id)
+        return self._ids[name]
 
 
 def _authorize(

@@ -64,6 +64,11 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from broker.controller import znodes
+from broker.controller.alter_partition import (
+    AlterPartition,
+    AlterPartitionResult,
+    AlterPartitions,
+)
 from broker.controller.broker_changes import BrokerChanges
 from broker.controller.channel import ChannelFactory, ControllerChannel, LocalHandler
 from broker.controller.context import ControllerContext
@@ -97,6 +102,11 @@ from broker.controller.events import (
 from broker.controller.leader_changes import LeaderChanges
 from broker.controller.liveness import BrokerLivenessWatch, LivenessCallback
 from broker.controller.log_dir_failures import LogDirFailures
+from broker.controller.producer_id_blocks import (
+    AllocateProducerIds,
+    ProducerIdBlock,
+    ProducerIdBlocks,
+)
 from broker.controller.reassignment_manager import ReassignmentManager
 from broker.controller.requests import ControllerRequestSender
 from broker.controller.state_driver import StateDriver
@@ -113,6 +123,7 @@ from broker.controller.zk_interface import ControllerMovedError, ZkOperations
 from broker.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
 from broker.metadata.topic_configs import TopicConfigManager
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.inter_broker_protocol import parse_ibp
 from broker.security.listener_security import inter_broker_listener
 from broker.types import TopicPartition
 
@@ -151,7 +162,9 @@ class Controller:
         self.topic_configs = topic_configs
         self.epoch: int | None = None
         self.ctx = ControllerContext(inter_broker_listener=inter_broker_listener(config))
-        self.requests = ControllerRequestSender(self.ctx, broker_id)
+        self.requests = ControllerRequestSender(
+            self.ctx, broker_id, parse_ibp(str(config["inter.broker.protocol.version"]))
+        )
         self.driver = StateDriver(self.ctx, zk, topic_configs, broker_id)
         self.log_dir_failures = LogDirFailures(self.ctx, zk, self.driver, self.requests)
         self.requests.on_leader_and_isr_response = self._leader_and_isr_answered
@@ -159,6 +172,9 @@ class Controller:
             self.ctx, zk, self.driver, self.requests, topic_configs
         )
         self.reassignments = ReassignmentManager(self.ctx, self.driver, self.requests)
+        # what Kafka brokers ask the controller (broker/controller/alter_partition.py, ...)
+        self.alter_partitions = AlterPartitions(self.ctx, zk, self.requests, self.reassignments)
+        self.producer_id_blocks = ProducerIdBlocks(self.ctx, zk)
         self.leaders = LeaderChanges(self.ctx, self.driver, self.requests, config)
         self.brokers = BrokerChanges(self.ctx, zk, self.driver, self.requests, self.deletion)
         self.events = ControllerEventManager(self._process, self._resign)
@@ -284,6 +300,10 @@ class Controller:
             case ListReassignments(partitions=partitions):
                 self._require_active()
                 return self.reassignments.ongoing(partitions)
+            case AlterPartition():
+                return await self.alter_partitions.process(event, active=self.is_active)
+            case AllocateProducerIds():
+                return await self.producer_id_blocks.allocate(event, active=self.is_active)
             case ControlledShutdown(broker_id=broker_id, broker_epoch=broker_epoch):
                 self._require_active()
                 return await self.leaders.controlled_shutdown(broker_id, broker_epoch)
@@ -637,6 +657,16 @@ class Controller:
     # ======================================================================================
     # leader changes (leader_changes.py) and reassignments (reassignment_manager.py)
     # ======================================================================================
+
+    async def alter_partition(self, request: AlterPartition) -> AlterPartitionResult:
+        """A Kafka broker's ISR changes (AlterPartition, broker/controller/alter_partition.py)."""
+        self._require_active()
+        return await self.events.call(request)
+
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdBlock:
+        """A block of producer ids for a Kafka broker (AllocateProducerIds)."""
+        self._require_active()
+        return await self.events.call(AllocateProducerIds(broker_id, broker_epoch))
 
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[TopicPartition]:
         """Move leadership away from ``broker_id`` and stop its followers; returns the

@@ -86,26 +86,33 @@ class LogDirFailures:
             return None
         ctx = self.ctx
         top = ErrorCode(int(response.error_code))
-        storage_errors = any(
-            int(p.error_code) == ErrorCode.kafka_storage_error
-            for t in response.topics
-            for p in t.partition_errors
-        )
+        errors = self._partition_errors(response)
+        storage_errors = any(e == ErrorCode.kafka_storage_error for e in errors.values())
         if (
             top == ErrorCode.none
             and not storage_errors
             and broker_id not in ctx.replicas_on_offline_dirs
         ):
             return None
-        names = {topic_id: name for name, topic_id in ctx.topic_ids.items()}
+        return LeaderAndIsrResponseReceived(broker_id, top, errors)
+
+    def _partition_errors(self, response: Any) -> dict[TopicPartition, ErrorCode]:
+        """Per partition, the error a LeaderAndIsr response gives: by topic id from v5, by
+        topic name before (``inter.broker.protocol.version`` below 2.8)."""
         errors: dict[TopicPartition, ErrorCode] = {}
+        if not hasattr(response, "topics"):  # v0-v4
+            for p in response.partition_errors:
+                tp = TopicPartition(str(p.topic_name), int(p.partition_index))
+                errors[tp] = ErrorCode(int(p.error_code))
+            return errors
+        names = {topic_id: name for name, topic_id in self.ctx.topic_ids.items()}
         for topic in response.topics:
             name = names.get(topic.topic_id)
             if name is None:
                 continue
             for p in topic.partition_errors:
                 errors[TopicPartition(name, int(p.partition_index))] = ErrorCode(int(p.error_code))
-        return LeaderAndIsrResponseReceived(broker_id, top, errors)
+        return errors
 
     async def on_leader_and_isr_response(self, event: LeaderAndIsrResponseReceived) -> None:
         """Replicas answered KAFKA_STORAGE_ERROR are in offline log directories, those

@@ -92,7 +92,8 @@ class OffsetCheckpointFile:
 
     Format: line ``0`` (version), line with the entry count, then ``<topic> <partition>
     <offset>`` lines (topics cannot contain spaces). ``write`` is atomic (see
-    :func:`atomic_write`); ``read`` returns ``{}`` for a missing file and raises
+    :func:`atomic_write`); ``read`` returns ``{}`` for a missing or empty file (Kafka creates
+    its checkpoint files empty) and raises
     :class:`CorruptCheckpointError` for a malformed one.
 
     Concurrency: no state besides the path; one writer at a time (the log manager).
@@ -117,6 +118,8 @@ class OffsetCheckpointFile:
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
+        if not lines:  # Kafka creates its checkpoint files empty: no entries yet
+            return {}
         if len(lines) < 2:
             raise CorruptCheckpointError(f"{self.path}: missing version or entry count")
         try:

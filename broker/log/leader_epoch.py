@@ -50,7 +50,8 @@ EpochEntry = tuple[int, int]  # (epoch, start_offset)
 
 
 def read_leader_epoch_checkpoint(path: Path) -> list[EpochEntry]:
-    """Parse a ``leader-epoch-checkpoint`` file; ``[]`` if missing.
+    """Parse a ``leader-epoch-checkpoint`` file; ``[]`` if missing or empty (Kafka's
+    ``CheckpointFile`` creates it empty and reads an empty file as no entries).
 
     Raises :class:`CorruptCheckpointError` if it is malformed or not monotonic.
     """
@@ -63,6 +64,8 @@ def read_leader_epoch_checkpoint(path: Path) -> list[EpochEntry]:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    if not lines:  # Kafka creates the file empty before its first write: no epochs yet
+        return []
     try:
         if len(lines) < 2 or int(lines[0]) != _VERSION:
             raise CorruptCheckpointError(f"{path}: bad header")

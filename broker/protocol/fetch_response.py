@@ -1,18 +1,22 @@
-"""The Fetch response (API key 1, versions 4-12), encoded by hand so that record bytes go from
+"""The Fetch response (API key 1, versions 4-17), encoded by hand so that record bytes go from
 the segment file to the socket with ``sendfile``: each partition's records are a
 :class:`~broker.protocol.response.FileRegion` chunk of the response, never copied. A region
 that carries its bytes already (``data``: a small read at the log's tail, see
 :class:`~broker.log.file_records.FetchSlice`) is written inline instead, so a consumer
 waiting at the tail gets its whole response in one write.
 
-Layout (v4-v12; v12 is flexible: compact arrays/strings/bytes and tagged fields)::
+Layout (v4-v17; v12+ is flexible: compact arrays/strings/bytes and tagged fields)::
 
     throttle_time_ms int32, [v7+] error_code int16, session_id int32,
-    responses [topic string, partitions [partition int32, error_code int16,
-        high_watermark int64, last_stable_offset int64, [v5+] log_start_offset int64,
+    responses [topic string (v13+: topic_id uuid), partitions [partition int32,
+        error_code int16, high_watermark int64, last_stable_offset int64,
+        [v5+] log_start_offset int64,
         aborted_transactions nullable [producer_id int64, first_offset int64 (+ tagged
-        fields in v12)],
-        [v11+] preferred_read_replica int32, records nullable bytes]]
+        fields in v12+)],
+        [v11+] preferred_read_replica int32, records nullable bytes,
+        (v12+ tagged field 0: diverging_epoch [epoch int32, end_offset int64])]]
+
+v14-v17 change nothing here (the tagged ``NodeEndpoints`` of v16+ is optional and not sent).
 
 ``aborted_transactions`` is null unless the fetch was read_committed (a list, possibly
 empty, of the transactions aborted in the returned range: the consumer drops those
@@ -24,6 +28,7 @@ Concurrency: pure functions over values.
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass
 
 from broker.protocol.errors import ErrorCode
@@ -39,6 +44,9 @@ _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 INVALID_SESSION_ID = 0
 FIRST_FLEXIBLE_VERSION = 12
+FIRST_TOPIC_ID_VERSION = 13
+_ZERO_UUID = bytes(16)
+_DIVERGING = struct.Struct(">iq")
 
 
 @dataclass(slots=True)
@@ -53,6 +61,10 @@ class FetchPartitionData:
     log_start_offset: int = -1
     aborted_transactions: list[tuple[int, int]] | None = None  # (producer id, first offset)
     records: FileRegion | None = None
+    topic_id: uuid.UUID | None = None
+    """The topic's id (v13+ name topics by id; None: the all-zero id)."""
+    diverging_epoch: tuple[int, int] | None = None
+    """(epoch, end offset) of a fetcher whose log diverges (v12+, KIP-595)."""
 
     @property
     def size(self) -> int:
@@ -96,14 +108,18 @@ def encode_fetch_response(
     head = bytearray(_I32.pack(throttle_time_ms))
     if version >= 7:
         head += _I16.pack(int(error)) + _I32.pack(session_id)
-    by_topic: dict[str, list[FetchPartitionData]] = {}
+    by_id = version >= FIRST_TOPIC_ID_VERSION
+    by_topic: dict[tuple[str, uuid.UUID | None], list[FetchPartitionData]] = {}
     for p in partitions:
-        by_topic.setdefault(p.topic, []).append(p)
+        by_topic.setdefault((p.topic, p.topic_id if by_id else None), []).append(p)
     head += _array_len(len(by_topic), flexible)
     size = 0
     buf = head
-    for topic, parts in by_topic.items():
-        buf += _string(topic, flexible)
+    for (topic, topic_id), parts in by_topic.items():
+        if by_id:
+            buf += topic_id.bytes if topic_id is not None else _ZERO_UUID
+        else:
+            buf += _string(topic, flexible)
         buf += _array_len(len(parts), flexible)
         for p in parts:
             buf += _PART_HEAD.pack(
@@ -127,7 +143,10 @@ def encode_fetch_response(
                     chunks.append(p.records)
                     size += n
                     buf = bytearray()
-            if flexible:
+            if flexible and p.diverging_epoch is not None:
+                diverging = _DIVERGING.pack(*p.diverging_epoch) + b"\x00"
+                buf += b"\x01\x00" + write_uvarint(len(diverging)) + diverging  # tag 0
+            elif flexible:
                 buf += b"\x00"  # partition tagged fields
         if flexible:
             buf += b"\x00"  # topic tagged fields

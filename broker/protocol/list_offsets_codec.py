@@ -1,4 +1,4 @@
-"""ListOffsets (key 2) requests and responses, v1-v7, decoded and encoded by hand (sans-IO).
+"""ListOffsets (key 2) requests and responses, v1-v9, decoded and encoded by hand (sans-IO).
 
 Why by hand: Spark's Kafka connector asks for the earliest and latest offsets of its
 partition after every ``poll()`` (two ListOffsets per 500 records), so this small request is
@@ -7,7 +7,8 @@ fetch itself. The formats (Kafka's ``ListOffsetsRequest.json`` / ``ListOffsetsRe
 
 Request: ``replica_id int32``, ``isolation_level int8`` (v2+), ``topics[]``: ``name
 string``, ``partitions[]``: ``partition_index int32``, ``current_leader_epoch int32``
-(v4+), ``timestamp int64``. v6+ is flexible: compact arrays and strings (unsigned varint
+(v4+), ``timestamp int64``. v8 and v9 add no field (only the timestamps -4 and -5, KIP-405;
+served for Kafka followers, see registry.py). v6+ is flexible: compact arrays and strings (unsigned varint
 length + 1) and a tagged-field section after every struct and at the end.
 
 Response: ``throttle_time_ms int32`` (v2+), ``topics[]``: ``name string``,

@@ -1,7 +1,7 @@
 """Type names for the request and response messages of every API the broker serves: for each
 API, the union of kio's generated classes over the versions :mod:`broker.protocol.registry`
-supports (``ProduceRequest`` = Produce v3 | ... | v9 request), so handlers are typed by the
-messages they take and return. Everything is under ``TYPE_CHECKING``: at run time handlers
+serves, advertised or not (``ProduceRequest`` = Produce v3 | ... | v9 request), so handlers
+are typed by the messages they take and return. Everything is under ``TYPE_CHECKING``: at run time handlers
 work with whatever version kio decoded, and nothing here is imported.
 
 ``tests/unit/protocol/test_messages.py`` checks that every alias covers exactly the
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from typing import TypeAlias
+    from typing import Any, TypeAlias
 
     from kio.schema.add_offsets_to_txn import v0 as add_offsets_to_txn_v0
     from kio.schema.add_offsets_to_txn import v1 as add_offsets_to_txn_v1
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from kio.schema.add_partitions_to_txn import v2 as add_partitions_to_txn_v2
     from kio.schema.add_partitions_to_txn import v3 as add_partitions_to_txn_v3
     from kio.schema.add_partitions_to_txn import v4 as add_partitions_to_txn_v4
+    from kio.schema.allocate_producer_ids import v0 as allocate_producer_ids_v0
     from kio.schema.alter_client_quotas import v0 as alter_client_quotas_v0
     from kio.schema.alter_client_quotas import v1 as alter_client_quotas_v1
     from kio.schema.alter_configs import v0 as alter_configs_v0
@@ -102,6 +103,11 @@ if TYPE_CHECKING:
     from kio.schema.fetch import v10 as fetch_v10
     from kio.schema.fetch import v11 as fetch_v11
     from kio.schema.fetch import v12 as fetch_v12
+    from kio.schema.fetch import v13 as fetch_v13
+    from kio.schema.fetch import v14 as fetch_v14
+    from kio.schema.fetch import v15 as fetch_v15
+    from kio.schema.fetch import v16 as fetch_v16
+    from kio.schema.fetch import v17 as fetch_v17
     from kio.schema.find_coordinator import v0 as find_coordinator_v0
     from kio.schema.find_coordinator import v1 as find_coordinator_v1
     from kio.schema.find_coordinator import v2 as find_coordinator_v2
@@ -150,6 +156,8 @@ if TYPE_CHECKING:
     from kio.schema.list_offsets import v5 as list_offsets_v5
     from kio.schema.list_offsets import v6 as list_offsets_v6
     from kio.schema.list_offsets import v7 as list_offsets_v7
+    from kio.schema.list_offsets import v8 as list_offsets_v8
+    from kio.schema.list_offsets import v9 as list_offsets_v9
     from kio.schema.list_partition_reassignments import v0 as list_partition_reassignments_v0
     from kio.schema.list_transactions import v0 as list_transactions_v0
     from kio.schema.list_transactions import v1 as list_transactions_v1
@@ -210,8 +218,6 @@ if TYPE_CHECKING:
     from kio.schema.txn_offset_commit import v4 as txn_offset_commit_v4
     from kio.schema.write_txn_markers import v1 as write_txn_markers_v1
 
-    from broker.protocol import interbroker
-
     ProduceRequest: TypeAlias = (
         produce_v3.ProduceRequest
         | produce_v4.ProduceRequest
@@ -240,6 +246,11 @@ if TYPE_CHECKING:
         | fetch_v10.FetchRequest
         | fetch_v11.FetchRequest
         | fetch_v12.FetchRequest
+        | fetch_v13.FetchRequest
+        | fetch_v14.FetchRequest
+        | fetch_v15.FetchRequest
+        | fetch_v16.FetchRequest
+        | fetch_v17.FetchRequest
     )
     FetchResponse: TypeAlias = (
         fetch_v4.FetchResponse
@@ -251,6 +262,11 @@ if TYPE_CHECKING:
         | fetch_v10.FetchResponse
         | fetch_v11.FetchResponse
         | fetch_v12.FetchResponse
+        | fetch_v13.FetchResponse
+        | fetch_v14.FetchResponse
+        | fetch_v15.FetchResponse
+        | fetch_v16.FetchResponse
+        | fetch_v17.FetchResponse
     )
     ListOffsetsRequest: TypeAlias = (
         list_offsets_v1.ListOffsetsRequest
@@ -260,6 +276,8 @@ if TYPE_CHECKING:
         | list_offsets_v5.ListOffsetsRequest
         | list_offsets_v6.ListOffsetsRequest
         | list_offsets_v7.ListOffsetsRequest
+        | list_offsets_v8.ListOffsetsRequest
+        | list_offsets_v9.ListOffsetsRequest
     )
     ListOffsetsResponse: TypeAlias = (
         list_offsets_v1.ListOffsetsResponse
@@ -269,6 +287,8 @@ if TYPE_CHECKING:
         | list_offsets_v5.ListOffsetsResponse
         | list_offsets_v6.ListOffsetsResponse
         | list_offsets_v7.ListOffsetsResponse
+        | list_offsets_v8.ListOffsetsResponse
+        | list_offsets_v9.ListOffsetsResponse
     )
     MetadataRequest: TypeAlias = (
         metadata_v0.MetadataRequest
@@ -300,14 +320,20 @@ if TYPE_CHECKING:
         | metadata_v11.MetadataResponse
         | metadata_v12.MetadataResponse
     )
-    LeaderAndIsrRequest: TypeAlias = interbroker.LeaderAndIsrRequest
-    LeaderAndIsrResponse: TypeAlias = interbroker.LeaderAndIsrResponse
-    StopReplicaRequest: TypeAlias = interbroker.StopReplicaRequest
-    StopReplicaResponse: TypeAlias = interbroker.StopReplicaResponse
-    UpdateMetadataRequest: TypeAlias = interbroker.UpdateMetadataRequest
-    UpdateMetadataResponse: TypeAlias = interbroker.UpdateMetadataResponse
-    ControlledShutdownRequest: TypeAlias = interbroker.ControlledShutdownRequest
-    ControlledShutdownResponse: TypeAlias = interbroker.ControlledShutdownResponse
+    # The ZooKeeper-mode inter-broker messages are generated at import
+    # (broker.protocol.interbroker): no static classes to name, so Any.
+    LeaderAndIsrRequest: TypeAlias = Any
+    LeaderAndIsrResponse: TypeAlias = Any
+    StopReplicaRequest: TypeAlias = Any
+    StopReplicaResponse: TypeAlias = Any
+    UpdateMetadataRequest: TypeAlias = Any
+    UpdateMetadataResponse: TypeAlias = Any
+    ControlledShutdownRequest: TypeAlias = Any
+    ControlledShutdownResponse: TypeAlias = Any
+    AlterPartitionRequest: TypeAlias = Any
+    AlterPartitionResponse: TypeAlias = Any
+    AllocateProducerIdsRequest: TypeAlias = allocate_producer_ids_v0.AllocateProducerIdsRequest
+    AllocateProducerIdsResponse: TypeAlias = allocate_producer_ids_v0.AllocateProducerIdsResponse
     OffsetCommitRequest: TypeAlias = (
         offset_commit_v2.OffsetCommitRequest
         | offset_commit_v3.OffsetCommitRequest

@@ -35,10 +35,13 @@ SUPPORTED_APIS: dict[ApiKey, tuple[str, int, int]] = {
     ApiKey.FETCH: ("Fetch", 4, 12),
     ApiKey.LIST_OFFSETS: ("ListOffsets", 1, 7),
     ApiKey.METADATA: ("Metadata", 0, 12),
-    ApiKey.LEADER_AND_ISR: ("LeaderAndIsr", 5, 5),
-    ApiKey.STOP_REPLICA: ("StopReplica", 3, 3),
-    ApiKey.UPDATE_METADATA: ("UpdateMetadata", 7, 7),
-    ApiKey.CONTROLLED_SHUTDOWN: ("ControlledShutdown", 3, 3),
+    # the ZooKeeper-mode inter-broker APIs: every version Kafka 3.9 sends (interbroker.py)
+    ApiKey.LEADER_AND_ISR: ("LeaderAndIsr", 0, 7),
+    ApiKey.STOP_REPLICA: ("StopReplica", 0, 4),
+    ApiKey.UPDATE_METADATA: ("UpdateMetadata", 0, 8),
+    ApiKey.CONTROLLED_SHUTDOWN: ("ControlledShutdown", 1, 3),
+    ApiKey.ALTER_PARTITION: ("AlterPartition", 0, 3),
+    ApiKey.ALLOCATE_PRODUCER_IDS: ("AllocateProducerIds", 0, 0),
     ApiKey.OFFSET_COMMIT: ("OffsetCommit", 2, 8),
     ApiKey.OFFSET_FETCH: ("OffsetFetch", 1, 8),
     ApiKey.FIND_COORDINATOR: ("FindCoordinator", 0, 4),
@@ -84,11 +87,25 @@ SUPPORTED_APIS: dict[ApiKey, tuple[str, int, int]] = {
 }
 
 
+SERVED_BEYOND_ADVERTISED: dict[ApiKey, int] = {
+    ApiKey.FETCH: 17,
+    ApiKey.LIST_OFFSETS: 9,
+}
+"""Newest versions served but not advertised in ApiVersions: what a Kafka 3.9 broker's
+replica fetcher sends a Millrace leader. It never asks ApiVersions: it sends the versions its
+``inter.broker.protocol.version`` names (at 3.9: Fetch v17, by topic id, and ListOffsets v9).
+Clients keep negotiating from the advertised ranges above."""
+
+
 def is_supported(api_key: int, version: int) -> bool:
+    """Whether (api_key, version) is served (advertised, or in SERVED_BEYOND_ADVERTISED)."""
     if api_key not in ApiKey._value2member_map_:
         return False
-    entry = SUPPORTED_APIS.get(ApiKey(api_key))
-    return entry is not None and entry[1] <= version <= entry[2]
+    key = ApiKey(api_key)
+    entry = SUPPORTED_APIS.get(key)
+    if entry is None:
+        return False
+    return entry[1] <= version <= max(entry[2], SERVED_BEYOND_ADVERTISED.get(key, entry[2]))
 
 
 @cache
@@ -176,12 +193,18 @@ def _field_names(cls: Any) -> frozenset[str]:
 
 
 def nested(cls: type[Any], name: str) -> type[Any]:
-    """The nested message class ``name`` from the same kio module (same version) as ``cls``."""
-    return getattr(sys.modules[cls.__module__], name)
+    """The nested message class ``name`` from the same kio module (same version) as ``cls``
+    (or, for :mod:`broker.protocol.interbroker`'s classes, of the same message version)."""
+    found = nested_optional(cls, name)
+    if found is None:
+        raise AttributeError(f"{cls.__module__}.{cls.__name__} v{cls.__version__} has no {name}")
+    return found
 
 
 def nested_optional(cls: type[Any], name: str) -> type[Any] | None:
     """Like :func:`nested`, or None when this version has no such message."""
+    if cls.__module__ == interbroker.__name__:
+        return interbroker.nested(cls, name)
     found = getattr(sys.modules[cls.__module__], name, None)
     return found if isinstance(found, type) else None
 
@@ -195,6 +218,10 @@ def _any_version_field_names(cls: type[Any]) -> frozenset[str]:
     cached = _ANY_FIELDS.get(cls)
     if cached is not None:
         return cached
+    local = interbroker.field_names_any_version(cls)
+    if local is not None:
+        _ANY_FIELDS[cls] = local
+        return local
     module = cls.__module__  # e.g. kio.schema.produce.v9.response
     parts = module.split(".")
     names = set(_field_names(cls))

@@ -77,7 +77,7 @@ class CachedPartition:
     def must_respond(self, result: FetchResult) -> bool:
         """Whether ``result`` goes into an incremental response; remembers what was sent."""
         respond = result.size > 0
-        if result.error != ErrorCode.none:
+        if result.error != ErrorCode.none or result.diverging_epoch is not None:
             self.high_watermark = -1  # send it again once the error is gone
             return True
         if result.high_watermark != self.high_watermark:

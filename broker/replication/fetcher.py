@@ -361,6 +361,19 @@ class LeaderFetcher:
                     discarded = True  # the partition moved while the fetch was in flight
                     continue
                 error = ErrorCode(int(p.error_code))
+                diverging = getattr(p, "diverging_epoch", None)
+                if error == ErrorCode.none and diverging is not None and int(diverging.epoch) >= 0:
+                    # the leader's log leaves ours (KIP-595, a Kafka leader checks the last
+                    # fetched epoch): find the divergence with OffsetsForLeaderEpoch
+                    log.info(
+                        "%s: leader %d reports divergence at epoch %d, offset %d",
+                        tp,
+                        self.leader_id,
+                        int(diverging.epoch),
+                        int(diverging.end_offset),
+                    )
+                    current.needs_truncation = True
+                    continue
                 try:
                     if error == ErrorCode.none:
                         self.sink.append_as_follower(

@@ -44,6 +44,8 @@ from broker.types import TopicPartition
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4  # ListOffsets v8+ (KIP-405): the local log start, no tiering here
+LATEST_TIERED_TIMESTAMP = -5  # ListOffsets v9+: nothing is tiered, so no offset
 
 
 class NotLeaderError(KafkaError):
@@ -384,9 +386,10 @@ class Partition:
     def offset_for_timestamp(
         self, timestamp: int, *, committed_only: bool = True, read_committed: bool = False
     ) -> tuple[int, int, int]:
-        """(offset, timestamp, leader_epoch) answering a ListOffsets query: earliest (-2),
-        latest (-1), max timestamp (-3), or the first offset whose timestamp is >= the
-        target. Consumers see up to the high watermark, or the last stable offset when
+        """(offset, timestamp, leader_epoch) answering a ListOffsets query: earliest (-2, and
+        -4, the earliest local offset: nothing is tiered), latest (-1), max timestamp (-3),
+        the latest tiered offset (-5: none, -1), or the first offset whose timestamp is >=
+        the target. Consumers see up to the high watermark, or the last stable offset when
         ``read_committed``; followers and tools (``committed_only`` False) the log end."""
         plog = self.log
         epoch = self.leader_epoch
@@ -394,8 +397,10 @@ class Partition:
             upper = self.last_stable_offset
         else:
             upper = self.high_watermark if committed_only else plog.log_end_offset
-        if timestamp == EARLIEST_TIMESTAMP:
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return plog.log_start_offset, -1, epoch
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return -1, -1, -1  # Kafka's answer without remote storage
         if timestamp == LATEST_TIMESTAMP:
             return upper, -1, epoch
         if timestamp == MAX_TIMESTAMP:

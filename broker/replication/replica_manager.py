@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -140,6 +141,9 @@ class ReplicaManager:
         )
         """Incremental fetch sessions (KIP-227) of the followers and consumers fetching here."""
         self._hw_checkpoints = read_high_watermarks(log_manager.log_dirs)
+        self.topic_ids: dict[str, uuid.UUID] = {}
+        """Topic ids from LeaderAndIsr (v5+), so a follower fetching by id (Fetch v13+) is
+        served before this broker's metadata cache has the topic."""
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -548,6 +552,14 @@ class ReplicaManager:
             try:
                 partition = self.leader_partition(req.tp)
                 partition.check_leader_epoch(req.current_leader_epoch)
+                diverging = _diverging_epoch(partition, req)
+                if diverging is not None:
+                    result.diverging_epoch = diverging
+                    result.high_watermark = partition.high_watermark
+                    result.last_stable_offset = partition.last_stable_offset
+                    result.log_start_offset = partition.log.log_start_offset
+                    out.append(result)
+                    continue
                 if replica_id >= 0:
                     self._record_follower_fetch(partition, replica_id, req.fetch_offset, now_ms)
                 limit = min(req.max_bytes, remaining)
@@ -607,7 +619,7 @@ class ReplicaManager:
             max_wait_ms <= 0
             or not requests
             or sum(r.size for r in results) >= min_bytes
-            or any(r.error != ErrorCode.none for r in results)
+            or any(r.error != ErrorCode.none or r.diverging_epoch for r in results)
         ):
             return results
         # A waiting fetch keeps its last read, but not the bytes a small read carries inline
@@ -622,7 +634,7 @@ class ReplicaManager:
                 return False
             fresh = read()
             if sum(r.size for r in fresh) >= min_bytes or any(
-                r.error != ErrorCode.none for r in fresh
+                r.error != ErrorCode.none or r.diverging_epoch for r in fresh
             ):
                 holder[0] = fresh
                 return True
@@ -684,6 +696,30 @@ class ReplicaManager:
         """Write ``replication-offset-checkpoint`` in every online log dir (a dir where it
         cannot be written goes offline)."""
         write_high_watermarks(self.log_manager, self.partitions)
+
+
+def _diverging_epoch(partition: Partition, req: FetchRequestPartition) -> tuple[int, int] | None:
+    """Truncation on fetch (KIP-595; Kafka's ``Partition.readRecords``, which Kafka followers
+    rely on from IBP 2.7): when the fetcher names the epoch of its last record, the leader
+    checks it against its epoch cache. An epoch the leader cannot place, or a fetch offset
+    below its log start, is OFFSET_OUT_OF_RANGE; a leader whose log ends that epoch earlier
+    than the fetch offset, or knows only an older epoch there, answers (epoch, end offset)
+    and no records: the fetcher truncates to it and fetches again."""
+    if req.last_fetched_epoch < 0:
+        return None
+    epoch, end_offset = partition.log.leader_epoch_cache.end_offset_for(req.last_fetched_epoch)
+    if epoch < 0 or end_offset < 0:
+        raise OffsetOutOfRangeError(
+            f"{req.tp}: cannot find the end of the fetcher's last epoch {req.last_fetched_epoch}"
+        )
+    if req.fetch_offset < partition.log.log_start_offset:
+        raise OffsetOutOfRangeError(
+            f"{req.tp}: fetch offset {req.fetch_offset} is below the log start "
+            f"{partition.log.log_start_offset}"
+        )
+    if epoch < req.last_fetched_epoch or end_offset < req.fetch_offset:
+        return epoch, end_offset
+    return None
 
 
 def _without_inline_bytes(results: list[FetchResult]) -> list[FetchResult]:

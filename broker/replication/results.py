@@ -30,6 +30,10 @@ class FetchRequestPartition:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
+    """The epoch of the last record the fetcher has (Fetch v12+; -1: none or not sent): the
+    leader answers a ``diverging_epoch`` when its log disagrees (KIP-595, Kafka's
+    truncation on fetch)."""
 
 
 @dataclass(slots=True)
@@ -41,6 +45,8 @@ class FetchResult:
     log_start_offset: int = -1
     slice: FetchSlice | None = None
     aborted_transactions: list[tuple[int, int]] | None = None  # read_committed only
+    diverging_epoch: tuple[int, int] | None = None
+    """(epoch, end offset) where the leader's log leaves the fetcher's (no records then)."""
 
     @property
     def size(self) -> int:

@@ -46,6 +46,7 @@ T = TypeVar("T")
 
 PRODUCE = 0
 LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN = 4, 5, 6, 7
+CONTROLLER_APIS = frozenset({LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN})
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 
 PRODUCE_TOPICS = ("fuzz-a", "fuzz-b", "fuzz-c")  # created by the runner (fuzz-c compacted)
@@ -486,6 +487,12 @@ def header_fuzz(src: Source) -> Generated:
 
     roll = src.integer(0, 4)
     versions = schema.all_versions()
+    if roll in (2, 3):
+        # A header of the other version shifts the body by a byte: that is a byte mutation,
+        # which the controller APIs are spared (tests/fuzz/mutations.py says why). Their
+        # versions without a broker epoch (LeaderAndIsr v0-v1, UpdateMetadata v0-v4,
+        # StopReplica v0) read a shifted zero as a newer controller epoch, legitimately.
+        versions = [v for v in versions if v[0] not in CONTROLLER_APIS]
     api_key, version, _name = src.pick(versions)
     flexible = schema.message(api_key, version).flexible
     if roll == 0:  # unknown api key

@@ -755,6 +755,33 @@ def _controlled_shutdown(w: World) -> Any:
     return ib.ControlledShutdownRequest(broker_id=99)
 
 
+def _alter_partition(w: World) -> Any:
+    """What a Kafka 3.9 broker sends the controller (v3, topic ids); answered, refused,
+    wherever it lands (a broker that is not the controller checks authorization first)."""
+    from kio.schema.alter_partition.v3.request import (
+        AlterPartitionRequest,
+        BrokerState,
+        PartitionData,
+        TopicData,
+    )
+
+    part = PartitionData(
+        partition_index=0,
+        leader_epoch=0,
+        new_isr_with_epochs=(BrokerState(broker_id=99),),
+        partition_epoch=0,
+    )
+    return AlterPartitionRequest(
+        broker_id=99, topics=(TopicData(topic_id=w.secret_id, partitions=(part,)),)
+    )
+
+
+def _allocate_producer_ids(w: World) -> Any:
+    from kio.schema.allocate_producer_ids.v0.request import AllocateProducerIdsRequest
+
+    return AllocateProducerIdsRequest(broker_id=99, broker_epoch=-1)
+
+
 def _describe_acls(w: World) -> Any:
     from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 
@@ -818,6 +845,8 @@ CASES: dict[str, Case] = {
     "update-metadata": Case(_update_metadata, CAF, admin_safe=False),
     "stop-replica": Case(_stop_replica, CAF, admin_safe=False),
     "controlled-shutdown": Case(_controlled_shutdown, CAF, admin_safe=False),
+    "alter-partition": Case(_alter_partition, CAF, admin_safe=False),
+    "allocate-producer-ids": Case(_allocate_producer_ids, CAF, admin_safe=False),
     "describe-acls": Case(_describe_acls, CAF),
 }
 

@@ -41,6 +41,18 @@ def test_missing_checkpoint_reads_empty(tmp_path: Path) -> None:
     assert OffsetCheckpointFile(tmp_path / "nope").read() == {}
 
 
+def test_an_empty_checkpoint_reads_empty_as_in_kafka(tmp_path: Path) -> None:
+    """Kafka's CheckpointFile creates its files empty (cleaner-offset-checkpoint,
+    leader-epoch-checkpoint, ... of a Kafka log directory a Millrace broker takes over) and
+    reads an empty file as no entries."""
+    path = tmp_path / "cleaner-offset-checkpoint"
+    path.write_bytes(b"")
+    assert OffsetCheckpointFile(path).read() == {}
+    epochs = tmp_path / "leader-epoch-checkpoint"
+    epochs.write_bytes(b"")
+    assert read_leader_epoch_checkpoint(epochs) == []
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -50,7 +62,6 @@ def test_missing_checkpoint_reads_empty(tmp_path: Path) -> None:
         "0\n1\nt x 5\n",
         "0\n1\nt 0\n",
         "0\n",
-        "",
         "zero\n0\n",
     ],
 )

@@ -124,3 +124,36 @@ def test_inline_and_sendfile_regions_encode_the_same_bytes(version: int) -> None
     sent = _flatten(encode_fetch_response(version, parts(_Region, _Region)).chunks)
     for kinds in ((_Inline, _Inline), (_Inline, _Region), (_Region, _Inline)):
         assert _flatten(encode_fetch_response(version, parts(*kinds)).chunks) == sent
+
+
+@pytest.mark.parametrize("version", range(13, 18))
+def test_topic_id_versions_decode_with_kafkas_schema(version: int, _Slice: type[_Region]) -> None:
+    """Fetch v13-v17 (served to Kafka followers): topics by id, and the tagged
+    ``diverging_epoch`` (v12+) of a fetcher whose log diverges (KIP-595)."""
+    import uuid
+
+    tid = uuid.UUID("00010203-0405-0607-0809-0a0b0c0d0e0f")
+    other = uuid.uuid4()
+    batch = records.encode_batch([records.SimpleRecord(b"v", b"k", 1)], base_offset=5)
+    decoded = _decode(
+        version,
+        [
+            FetchPartitionData("a", 0, ErrorCode.none, 6, 6, 0, None, _Slice(batch), topic_id=tid),
+            FetchPartitionData(
+                "a", 1, ErrorCode.none, 9, 9, 0, None, topic_id=tid, diverging_epoch=(3, 7)
+            ),
+            FetchPartitionData("", 4, ErrorCode.unknown_topic_id, topic_id=other),
+        ],
+    )
+    assert [t.topic_id for t in decoded.responses] == [tid, other]
+    a0, a1 = decoded.responses[0].partitions
+    assert a0.records == batch and a0.diverging_epoch.epoch == -1
+    assert (a1.diverging_epoch.epoch, a1.diverging_epoch.end_offset) == (3, 7)
+    assert not a1.records
+    assert decoded.responses[1].partitions[0].error_code == ErrorCode.unknown_topic_id
+
+
+def test_diverging_epoch_in_v12() -> None:
+    decoded = _decode(12, [FetchPartitionData("t", 0, diverging_epoch=(2, 40))])
+    p = decoded.responses[0].partitions[0]
+    assert (p.diverging_epoch.epoch, p.diverging_epoch.end_offset) == (2, 40)

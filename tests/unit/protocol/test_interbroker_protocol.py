@@ -80,9 +80,12 @@ def test_registry_serves_interbroker_classes(
 ) -> None:
     assert registry.request_class(api_key, version) is request_cls
     assert registry.response_class(api_key, version) is response_cls
-    assert registry.SUPPORTED_APIS[api_key] == (name, version, version)
+    # every version a Kafka 3.9 controller sends (test_interbroker_versions.py covers them)
+    low, high = {4: (0, 7), 5: (0, 4), 6: (0, 8), 7: (1, 3)}[api_key]
+    assert registry.SUPPORTED_APIS[api_key] == (name, low, high)
     assert registry.is_supported(api_key, version)
-    assert not registry.is_supported(api_key, version - 1)
+    assert not registry.is_supported(api_key, low - 1)
+    assert not registry.is_supported(api_key, high + 1)
     assert registry.is_flexible(api_key, version)
     assert registry.response_uses_flexible_header(api_key, version)
     for cls in (request_cls, response_cls):

@@ -162,3 +162,24 @@ def test_session_errors_lost_responses_and_moved_partitions_start_a_new_session(
         assert sink.appended[-1] == (B, 9)
 
     asyncio.run(run())
+
+
+def test_a_diverging_epoch_from_a_kafka_leader_starts_a_truncation() -> None:
+    """A Kafka leader answers a follower whose last fetched epoch it disagrees with by a
+    ``diverging_epoch`` and no records (KIP-595): the follower appends nothing and finds
+    the divergence with OffsetsForLeaderEpoch before it fetches that partition again."""
+
+    async def run() -> None:
+        sink = Sink(A, B)
+        f = fetcher(sink, A, B)
+        leader = ScriptedLeader()
+        reply = response(9, (A, 5), (B, 5))
+        diverged = reply.responses[0].partitions[0]
+        diverged.diverging_epoch = SimpleNamespace(epoch=1, end_offset=3)
+        reply.responses[0].partitions[1].diverging_epoch = SimpleNamespace(epoch=-1, end_offset=-1)
+        leader.responses = [reply]
+        await f._fetch(leader, dict(f.partitions))  # type: ignore[arg-type]
+        assert sink.appended == [(B, 5)]
+        assert f.partitions[A].needs_truncation and not f.partitions[B].needs_truncation
+
+    asyncio.run(run())

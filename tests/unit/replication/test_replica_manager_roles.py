@@ -569,3 +569,40 @@ def test_a_retried_duplicate_while_the_isr_is_short_is_not_called_unwritten(
         assert await produce(batch(0)) == (ErrorCode.none, 0)  # the original offset
 
     _run(scenario)
+
+
+def test_a_fetch_with_a_diverging_last_epoch_gets_the_leaders_end_of_it(tmp_path: Path) -> None:
+    """Truncation on fetch (KIP-595, what Kafka followers rely on from IBP 2.7): the leader
+    checks the epoch of the fetcher's last record against its own epoch cache."""
+    b = Broker(tmp_path)
+    b.apply(1, _spec(leader=1, epoch=2))
+    p = b.rm.partitions[TP]
+
+    async def fetch(offset: int, last_epoch: int) -> FetchResult:
+        [result] = await b.rm.fetch(
+            [FetchRequestPartition(TP, offset, 1 << 20, 2, last_epoch)],
+            max_wait_ms=500,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            replica_id=2,
+        )
+        return result
+
+    async def scenario() -> None:
+        assert await _produce(b.rm, 3, acks=1) == (ErrorCode.none, 0)  # epoch 2: 0..2
+        ok = await fetch(0, -1)
+        assert ok.diverging_epoch is None and _last_offset(ok) == 2
+        same = await fetch(2, 2)  # the follower has 0..1 of epoch 2
+        assert same.diverging_epoch is None and _last_offset(same) == 2
+        # the follower has records of epoch 1 up to offset 5: the leader's epoch 1 (it has
+        # none; its largest epoch <= 1 is unknown below epoch 2) ends at 0
+        diverged = await fetch(5, 1)
+        assert diverged.diverging_epoch == (1, 0) and diverged.slice is None
+        assert diverged.error == ErrorCode.none
+        assert p.replica_leos.get(2, 0) != 5  # a diverging fetch does not move the follower
+        beyond = await fetch(9, 2)  # past the end of the leader's epoch 2
+        assert beyond.diverging_epoch == (2, 3)
+        unknown = await fetch(0, 7)  # an epoch the leader cannot place
+        assert unknown.error == ErrorCode.offset_out_of_range
+
+    _run(scenario)
