@@ -550,6 +550,13 @@ class Controller:
                 return
             await asyncio.sleep(0.005)
 
+    def _metadata_racks(self) -> dict[int, str | None] | None:
+        """The live brokers' racks as this broker's metadata knows them, for a topic created
+        here rather than by the controller: rack-aware when every broker has a rack, else
+        not (Kafka's ``RackAwareMode.Safe`` for auto-created topics)."""
+        racks = {int(b.id): b.rack for b in self.metadata.brokers()}
+        return racks if racks and all(racks.values()) else None
+
     def _racks(self, brokers: Iterable[int]) -> dict[int, str | None] | None:
         racks = {b: self.ctx.live_brokers[b].rack for b in brokers if b in self.ctx.live_brokers}
         return racks if any(r for r in racks.values()) else None
@@ -623,7 +630,12 @@ class Controller:
         """Metadata auto-creation on a broker that is not the controller: write the topic's
         znodes; the controller's topic watch brings the partitions online."""
         live = [b.id for b in self.metadata.brokers()]
-        chosen = assign_replicas(live, num_partitions, min(replication_factor, len(live)))
+        chosen = assign_replicas(
+            live,
+            num_partitions,
+            min(replication_factor, len(live)),
+            racks=self._metadata_racks(),
+        )
         with contextlib.suppress(TopicExistsError):
             await self.zk.create_topic(name, chosen, {})
 
@@ -645,7 +657,7 @@ class Controller:
                     configs=dict(configs),
                 )
             else:
-                chosen = assign_replicas(live, partitions, rf)
+                chosen = assign_replicas(live, partitions, rf, racks=self._metadata_racks())
                 await self.zk.create_topic(name, chosen, dict(configs))
                 self.topic_configs.topic_created(name, dict(configs))
         except TopicExistsError:

@@ -27,9 +27,8 @@ and ``client``. Steps:
    confluent-kafka checks what Spark wrote.
 4. A fourth broker host joins, in rack r1 (``client phase=racks``): topics created now are
    spread over the racks (every partition's replicas on distinct racks, leaders even), which
-   a rack-unaware assignment would not do with two brokers in r1. Observed, not checked: the
-   placement of a topic auto-created through a broker that is not the controller (rack-
-   unaware so far). The rack topics are then deleted (``millrace topics delete``), so that
+   a rack-unaware assignment would not do with two brokers in r1; so is a topic auto-created
+   through a broker that is not the controller. The rack topics are then deleted (``millrace topics delete``), so that
    every remaining partition has a replica to move to in step 5.
 5. Each broker in turn is stopped with SIGTERM (what the systemd unit's ``ExecStop``
    sends): its controlled shutdown moves every leadership at the first attempt, a running
@@ -819,7 +818,13 @@ class Client:
             self.create_topic(topic, 12, rf)
             self.check_placement(topic, self.describe(topic), 12, rf)
         self.check_replicated()
-        self.observations["auto_created_topic"] = self.auto_create()
+        auto = self.auto_create()
+        self.observations["auto_created_topic"] = auto
+        self.checks.check(
+            "a topic auto-created through a broker that is not the controller is rack-aware",
+            auto["partitions"] == 12 and auto["every_partition_on_3_racks"],
+            auto,
+        )
         before = self.describe(TOPIC)
         self.checks.check(
             f"{TOPIC} keeps its replicas on brokers 1-3 (a new broker gets new partitions only)",
@@ -832,8 +837,9 @@ class Client:
 
     def auto_create(self) -> dict[str, Any]:
         """A topic auto-created by a Metadata request to a broker that is not the controller
-        (12 partitions, RF 3): whether its replicas are spread over the racks. Reported, not
-        checked: such a broker assigns replicas without racks (a known gap)."""
+        (12 partitions, RF 3): whether its replicas are spread over the racks (checked by the
+        caller: the broker assigns with the racks its metadata knows, Kafka's
+        ``RackAwareMode.Safe``)."""
         from kio.schema.metadata.v4.request import MetadataRequest, MetadataRequestTopic
         from kio.schema.types import TopicName
 

@@ -511,6 +511,7 @@ def test_controller_sigkill_failover(
     assert sum(len(v) for v in served.values()) == 30
 
 
+@pytest.mark.long  # make fault (make test budget, issue 29)
 def test_kip101_leader_with_unreplicated_data(
     cluster_factory: Callable[..., Cluster], topic_name: str
 ) -> None:

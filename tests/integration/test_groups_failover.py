@@ -175,6 +175,7 @@ def _log_ends(bootstrap: str, topic: str) -> dict[int, int]:
         c.close()
 
 
+@pytest.mark.long  # make fault (make test budget, issue 29)
 def test_commits_survive_coordinator_sigkill(
     cluster_factory: Callable[..., Cluster], topic_name: str
 ) -> None:

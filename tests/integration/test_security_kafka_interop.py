@@ -35,7 +35,14 @@ from tests.harness.kafka_tools import start_kafka_broker, stop_kafka_broker
 from tests.harness.ports import free_port
 from tests.harness.waiting import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+# make fault (make test budget, issue 29: tests/integration/test_mixed_cluster.py runs Kafka
+# brokers beside Millrace in make test)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.fault,
+    pytest.mark.long,
+    pytest.mark.timeout(300),
+]
 
 
 def _ok(futures: dict[Any, Any]) -> None:

@@ -164,6 +164,7 @@ class Copier:
             kill_pid(self.proc.pid)
 
 
+@pytest.mark.long  # make fault (make test budget, issue 29)
 def test_transactional_copier_while_brokers_bounce(cluster: Any, tmp_path: Path) -> None:
     cluster.create_topic("copy-in", 2, replication_factor=3)
     cluster.create_topic("copy-out", 2, replication_factor=3)
