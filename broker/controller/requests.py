@@ -29,7 +29,7 @@ Concurrency: event loop only (the controller's event task).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from broker.controller.channel import RequestChannel
@@ -128,22 +128,9 @@ def leader_and_isr_requests(
             if node is not None:
                 host, port = ctx.address(node)
                 live_leaders.append(leader_cls(broker_id=leader, host_name=host, port=port))
-        fields: dict[str, Any] = {}
-        if version < 2:
-            fields["ungrouped_partition_states"] = tuple(
-                p for _t, ps in sorted(topics.items()) for p in ps
-            )
-        else:
-            topic_cls = registry.nested(cls, "LeaderAndIsrTopicState")
-            fields["topic_states"] = tuple(
-                registry.build(
-                    topic_cls,
-                    topic_name=t,
-                    topic_id=ctx.topic_ids.get(t),
-                    partition_states=tuple(ps),
-                )
-                for t, ps in sorted(topics.items())
-            )
+        fields = _partition_state_fields(
+            ctx, cls, "LeaderAndIsrTopicState", topics, grouped=version >= 2
+        )
         request = registry.build(
             cls,
             controller_id=controller_id,
@@ -302,22 +289,9 @@ def update_metadata_requests(
                 offline_replicas=(),
             )
         )
-    fields: dict[str, Any] = {}
-    if version < 5:
-        fields["ungrouped_partition_states"] = tuple(
-            p for _t, ps in sorted(topics.items()) for p in ps
-        )
-    else:
-        topic_cls = registry.nested(cls, "UpdateMetadataTopicState")
-        fields["topic_states"] = tuple(
-            registry.build(
-                topic_cls,
-                topic_name=t,
-                topic_id=ctx.topic_ids.get(t),
-                partition_states=tuple(ps),
-            )
-            for t, ps in sorted(topics.items())
-        )
+    fields = _partition_state_fields(
+        ctx, cls, "UpdateMetadataTopicState", topics, grouped=version >= 5
+    )
     live_brokers = tuple(_live_broker_entries(ctx, cls, version))
     for broker_id in sorted(ctx.live_brokers if brokers is None else brokers):
         request = registry.build(
@@ -415,3 +389,32 @@ class ControllerRequestSender:
                 version=self.ibp.update_metadata_version,
             )
         )
+
+
+def _partition_state_fields(
+    ctx: ControllerContext,
+    cls: Any,
+    topic_struct: str,
+    topics: Mapping[str, Sequence[Any]],
+    *,
+    grouped: bool,
+) -> dict[str, Any]:
+    """The partition states of a LeaderAndIsr or UpdateMetadata request: one flat
+    ``ungrouped_partition_states`` list in the old versions, else grouped per topic
+    (``topic_struct``, with its topic id)."""
+    if not grouped:
+        return {
+            "ungrouped_partition_states": tuple(p for _t, ps in sorted(topics.items()) for p in ps)
+        }
+    topic_cls = registry.nested(cls, topic_struct)
+    return {
+        "topic_states": tuple(
+            registry.build(
+                topic_cls,
+                topic_name=t,
+                topic_id=ctx.topic_ids.get(t),
+                partition_states=tuple(ps),
+            )
+            for t, ps in sorted(topics.items())
+        )
+    }
