@@ -266,19 +266,27 @@ def test_millrace_controller_with_a_kafka_leader(tmp_path: Path) -> None:
 
         # the Kafka broker's producer ids come from the controller (AllocateProducerIds),
         # in a block of /latest_producer_id_block written for broker 3
+        import datetime
+        import time
+
         from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 
+        # Kafka answers COORDINATOR_LOAD_IN_PROGRESS (retriable) until its first block from
+        # the controller has arrived; clients retry, so does this
+        deadline = time.monotonic() + 60
         with RawConnection("127.0.0.1", cluster.node(3).port) as conn:
-            import datetime
-
-            response = conn.request(
-                InitProducerIdRequest(
-                    transactional_id=None,
-                    transaction_timeout=datetime.timedelta(milliseconds=60000),
-                    producer_id=-1,
-                    producer_epoch=-1,
+            while True:
+                response = conn.request(
+                    InitProducerIdRequest(
+                        transactional_id=None,
+                        transaction_timeout=datetime.timedelta(milliseconds=60000),
+                        producer_id=-1,
+                        producer_epoch=-1,
+                    )
                 )
-            )
+                if int(response.error_code) != 14 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
         assert int(response.error_code) == 0, response
         import json
 
