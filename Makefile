@@ -6,13 +6,13 @@ STAMP  := $(VENV)/.installed
 DIR    ?= run/cluster
 BROKERS ?= 1
 
-.PHONY: setup net-tools test test-unit fault lint format demo bench bench-quick cluster-up cluster-down clean
+.PHONY: setup net-tools browser test test-unit fault lint format demo bench bench-quick cluster-up cluster-down clean
 
 JVM    := .cache/jvm
 JVM_STAMP := $(JVM)/.fetched
 KAFKA_CLIENTS_3 := 3.9.1
 
-setup: $(STAMP) $(JVM_STAMP) net-tools
+setup: $(STAMP) $(JVM_STAMP) net-tools browser
 
 # The fault harness (tests/fault) cuts links inside network namespaces of its own with
 # iptables: installed from Debian's packages when missing (root and apt-get needed; without
@@ -25,6 +25,18 @@ net-tools:
 	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q iptables >/dev/null 2>&1; } || \
 	    echo "could not install iptables: the fault harness will skip"; \
 	  else echo "iptables missing (needs root and apt-get): the fault harness will skip"; fi; }
+
+# The web console's tests (tests/console) drive a headless Chromium through chromium-driver,
+# both from Debian's packages, installed when missing as iptables is (Selenium is given the
+# driver's path, so nothing is downloaded at test time).
+browser:
+	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium and chromium-driver for the console's browser tests"; \
+	    apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; } || \
+	    echo "could not install chromium: the console's browser tests will fail"; \
+	  else echo "chromium missing (needs root and apt-get): the console's browser tests will fail"; fi; }
 
 # The editable install also compiles the C extensions (setup.py): the reader's record
 # decoder, the writer's batch encoder and the broker's request and record checks.
