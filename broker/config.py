@@ -34,6 +34,7 @@ __all__ = [
     "BrokerConfig",
     "Listener",
     "check_listeners",
+    "parse_metrics_listener",
     "parse_set_options",
     "read_properties",
 ]
@@ -47,6 +48,19 @@ def _valid_ibp(value: object) -> bool:
     except ValueError:
         return False
     return True
+
+
+def parse_metrics_listener(text: str) -> tuple[str, int] | None:
+    """``metrics.http.listener``'s (host, port) from ``http://host:port`` (an IPv6 host in
+    brackets); None for an empty or malformed value."""
+    scheme, sep, rest = str(text).strip().partition("://")
+    if not sep or scheme.lower() != "http" or "/" in rest:
+        return None
+    host, _, port_text = rest.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        return None
+    return host, int(port_text)
 
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {
@@ -263,6 +277,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             True,
             "fail a dead broker process over before its ZooKeeper session expires "
             "(docs/failover.md)",
+        ),
+        ConfigDef(
+            "metrics.http.listener",
+            _T.STRING,
+            "",
+            "where the broker serves its Prometheus metrics, http://host:port (port 0: any "
+            "free port); empty: no endpoint and no metrics recorded (docs/metrics.md)",
+            lambda v: parse_metrics_listener(v) is not None or not v,
+            "expected http://host:port with a port from 0 to 65535, or empty",
         ),
         ConfigDef("controlled.shutdown.max.retries", _T.INT, 3, "controlled shutdown retries"),
         ConfigDef("controlled.shutdown.retry.backoff.ms", _T.LONG, 5000, "retry backoff"),
@@ -591,6 +614,11 @@ class BrokerConfig:
         if name in overrides:
             return overrides[name]
         return self.values.get(name)
+
+    @property
+    def metrics_listener(self) -> tuple[str, int] | None:
+        """(host, port) of ``metrics.http.listener``; None: no metrics endpoint."""
+        return parse_metrics_listener(self.values["metrics.http.listener"] or "")
 
     @property
     def broker_id(self) -> int:

@@ -23,14 +23,20 @@ flush and close every segment and write the recovery point and log start offset 
 with the clean-shutdown marker, then close the ZooKeeper session (which removes the
 broker's ephemeral znodes).
 
+Metrics (``metrics.http.listener``): the Prometheus endpoint starts first, so a scrape shows
+the broker starting (``BrokerState``), and stops last; its HTTP server runs in its own thread
+and reads every figure on the event loop (:mod:`broker.metrics.endpoint`).
+
 Concurrency: everything runs on one asyncio event loop; blocking ZooKeeper calls go through
-the kazoo bridge, fsyncs of periodic flushes through ``asyncio.to_thread``.
+the kazoo bridge, fsyncs of periodic flushes through ``asyncio.to_thread``; the metrics
+endpoint's thread only submits its snapshot to the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -58,6 +64,8 @@ from broker.log.log_dir_failure import LogDirFailureChannel
 from broker.log.log_manager import LogManager
 from broker.metadata.cache import MetadataCache
 from broker.metadata.topic_configs import TopicConfigManager
+from broker.metrics.endpoint import MetricsEndpoint
+from broker.metrics.recorder import NOOP_RECORDER, MetricsRecorder, Recorder
 from broker.network.broker_pool import BrokerPool
 from broker.network.client import BrokerConnection
 from broker.network.server import KafkaServer
@@ -92,6 +100,18 @@ CONTROLLED_SHUTDOWN_DRAIN_S = 0.25
 ib: Any = _interbroker
 
 
+class BrokerState(enum.IntEnum):
+    """Kafka's ``BrokerState`` values (the ``kafka.server:type=KafkaServer,name=BrokerState``
+    gauge)."""
+
+    NOT_RUNNING = 0
+    STARTING = 1
+    RECOVERY = 2
+    RUNNING = 3
+    PENDING_CONTROLLED_SHUTDOWN = 6
+    SHUTTING_DOWN = 7
+
+
 class Broker:
     """One Millrace broker."""
 
@@ -122,9 +142,20 @@ class Broker:
         self.exit_reason: str | None = None
         """Set when the broker stops by itself (every log directory failed)."""
         self._fatal = asyncio.Event()
+        self.state = BrokerState.NOT_RUNNING
+        self.metrics: Recorder = (
+            MetricsRecorder() if config.metrics_listener is not None else NOOP_RECORDER
+        )
+        """The request path's counts (a no-op without ``metrics.http.listener``)."""
+        self.metrics_endpoint: MetricsEndpoint | None = None
 
     async def start(self) -> None:
         cfg = self.config
+        self.state = BrokerState.STARTING
+        metrics_at = cfg.metrics_listener
+        if metrics_at is not None:
+            self.metrics_endpoint = MetricsEndpoint(self, *metrics_at)
+            self.metrics_endpoint.start()
         # the listeners' security first: a bad key store or JAAS line fails start-up at once
         self.inter_broker_listener = inter_broker_listener(cfg)
         listener_security = {x.name: build_listener_security(cfg, x.name) for x in cfg.listeners}
@@ -143,6 +174,7 @@ class Broker:
             self.broker_id = await zk.generate_broker_id(cfg["reserved.broker.max.id"])
         self.topic_configs = topic_configs = TopicConfigManager(zk, cfg)
         await topic_configs.load_all()
+        self.state = BrokerState.RECOVERY
         self.log_manager = LogManager(
             cfg.log_dirs,
             cfg.default_log_config(),
@@ -152,6 +184,7 @@ class Broker:
             failure_channel=self.log_dir_failures,
         )
         await asyncio.to_thread(self.log_manager.startup, topic_configs.log_config_for)
+        self.state = BrokerState.STARTING
         await self._delete_stray_logs()
         self._start_log_cleaner(topic_configs)
         self.replica_manager = ReplicaManager(
@@ -163,6 +196,7 @@ class Broker:
             log_dir_event=self._propagate_log_dir_event,
             on_all_log_dirs_offline=self._halt,
             inter_broker_security=self.inter_broker_security,
+            metrics=self.metrics,
         )
         topic_configs.add_listener(self.replica_manager.update_log_config)
         metadata = MetadataCache(cluster_id)
@@ -208,6 +242,7 @@ class Broker:
             credentials=credentials,
             zk_security=zk,
             quotas=self.quotas,
+            metrics=self.metrics,
         )
         dispatcher = Dispatcher(services, self.inter_broker_listener)
         self.controller.set_local_handler(dispatcher.handle_local)
@@ -247,7 +282,22 @@ class Broker:
         await topic_configs.start()
         await self.controller.startup()
         self._start_periodic_tasks()
+        self._forget_deleted_topics_metrics()
+        self.state = BrokerState.RUNNING
         log.info("broker %d started (cluster %s)", self.broker_id, cluster_id)
+
+    def _forget_deleted_topics_metrics(self) -> None:
+        """A topic none of whose partitions is hosted here any more loses its per-topic
+        series (as Kafka removes a deleted topic's BrokerTopicMetrics)."""
+        metrics, lm, rm = self.metrics, self.log_manager, self.replica_manager
+        if not isinstance(metrics, MetricsRecorder) or lm is None or rm is None:
+            return
+
+        def forget(tp: TopicPartition) -> None:
+            if not any(p.topic == tp.topic for p in rm.partitions):
+                metrics.forget_topic(tp.topic)
+
+        lm.deletion_listeners.append(forget)
 
     def _liveness_factory(self) -> LivenessFactory | None:
         """The controller's watch of broker processes (docs/failover.md), unless
@@ -466,10 +516,12 @@ class Broker:
             and self.controller is not None
             and self.exit_reason is None
         ):
+            self.state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
             try:
                 await self._controlled_shutdown()
             except Exception:
                 log.exception("controlled shutdown failed; shutting down anyway")
+        self.state = BrokerState.SHUTTING_DOWN
         for server in self.servers:
             await server.stop()
         for task in self._tasks:
@@ -504,6 +556,9 @@ class Broker:
             self.log_manager.shutdown()
         if self.zk is not None:
             await self.zk.close()
+        self.state = BrokerState.NOT_RUNNING
+        if self.metrics_endpoint is not None:
+            await self.metrics_endpoint.stop()
         log.info("broker %d stopped", self.broker_id)
 
     async def _controlled_shutdown(self) -> None:

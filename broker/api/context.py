@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from broker.metrics.recorder import NOOP_RECORDER, Recorder
 from broker.protocol.framing import RequestHeader
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
@@ -63,6 +64,9 @@ class BrokerServices:
     """ZooKeeper's ACL and user-config znodes (the ACL and SCRAM admin APIs write there)."""
     quotas: ClientQuotas | None = None
     """Client quotas (``/config/users``, ``/config/clients``); None: none enforced."""
+    metrics: Recorder = NOOP_RECORDER
+    """Where requests, produced and fetched bytes are counted (``metrics.http.listener``;
+    :mod:`broker.metrics.recorder`)."""
 
 
 @dataclass(slots=True)

@@ -25,6 +25,11 @@ Produce and Fetch record their bytes and time themselves, every other response r
 handler time (``request_percentage``) here and carries the throttle in ``throttle_time_ms``.
 Never throttled, as in Kafka: the brokers' own requests (the cluster actions, follower
 fetches, requests forwarded by a broker) and the SASL exchange before authentication.
+
+Metrics (``metrics.http.listener`` set: ``services.metrics.enabled``): every answered
+request is counted by name and version, and its time from here to its response (a delayed
+produce's or long-poll fetch's wait included) goes into the request latency histogram
+(:mod:`broker.metrics.recorder`); without metrics, one attribute test.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ from broker.api import (
 )
 from broker.api.context import BrokerServices, RequestContext
 from broker.api.forwarding import FORWARDING_CLIENT_SUFFIX
+from broker.metrics.recorder import Recorder
 from broker.protocol import list_offsets_codec, registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
@@ -246,6 +252,8 @@ class Dispatcher:
         except Exception as exc:
             raise CloseConnection(f"malformed {route.name} v{version} request: {exc}") from exc
         ctx = RequestContext(header, conn, self.services)
+        metrics = self.services.metrics
+        started = self.services.clock.monotonic() if metrics.enabled else 0.0
         quotas = self.services.quotas
         if quotas is not None and quotas.enabled and not route.quota_exempt:
             ctx.quota = _quota_usage(ctx, quotas, request, len(frame))
@@ -265,6 +273,8 @@ class Dispatcher:
         except Exception as exc:
             log.exception("handler for %s v%d failed", route.name, version)
             raise CloseConnection(f"internal error: {exc}") from exc
+        if metrics.enabled:
+            self._record(metrics, route, api_key, version, request, started)
         if ctx.quota is not None and not ctx.quota.recorded:
             throttle_ms = ctx.quota.record_request()
             if throttle_ms and result is not None:
@@ -279,6 +289,19 @@ class Dispatcher:
             return Response([hdr, *chunks], len(hdr) + result.size)
         body = _encode(result, api_key, version)
         return Response([hdr + body], len(hdr) + len(body))
+
+    def _record(
+        self, metrics: Recorder, route: _Route, api_key: int, version: int, request: Any, t0: float
+    ) -> None:
+        """Count the request and its time (a fetch also as FetchConsumer or FetchFollower,
+        as Kafka's RequestMetrics do)."""
+        elapsed_ms = (self.services.clock.monotonic() - t0) * 1000.0
+        metrics.request_done(route.name, version, elapsed_ms)
+        if api_key == ApiKey.FETCH:
+            follower = fetch.replica_id_of(request, version) >= 0
+            metrics.request_done(
+                "FetchFollower" if follower else "FetchConsumer", version, elapsed_ms
+            )
 
     def _unsupported(self, correlation_id: int, api_key: int, version: int) -> Response:
         if api_key == ApiKey.API_VERSIONS:

@@ -78,7 +78,7 @@ async def handle(ctx: RequestContext, request: messages.FetchRequest) -> Respons
                     int(getattr(p, "last_fetched_epoch", -1)),
                 )
             )
-    replica_id = _replica_id(request, version)
+    replica_id = replica_id_of(request, version)
     if version >= 7:
         forgotten: list[TopicPartition] = []
         for t in getattr(request, "forgotten_topics_data", ()):
@@ -121,14 +121,20 @@ async def handle(ctx: RequestContext, request: messages.FetchRequest) -> Respons
             replica_id=replica_id,
             read_committed=read_committed,
         )
-    if refused:
-        results = [*results, *refused]
+    throttle_ms = 0
     if ctx.quota is not None:  # record the bytes; a throttled consumer gets no data (Kafka)
         throttle_ms = ctx.quota.record_fetch(sum(r.size for r in results))
-        if throttle_ms:
-            return encode_fetch_response(
-                version, [], session_id=context.session_id, throttle_time_ms=throttle_ms
-            )
+    metrics = ctx.services.metrics
+    if metrics.enabled:  # what is sent: nothing of a throttled answer
+        metrics.fetched(
+            _without_data(results) if throttle_ms else results, follower=replica_id >= 0
+        )
+    if refused:
+        results = [*results, *refused]
+    if throttle_ms:
+        return encode_fetch_response(
+            version, [], session_id=context.session_id, throttle_time_ms=throttle_ms
+        )
     return encode_fetch_response(
         version,
         [
@@ -159,10 +165,16 @@ REPLICA_STATE_VERSION = 15
 """Fetch v15+ carries the follower's id in the tagged ``ReplicaState`` (KIP-903)."""
 
 
-def _replica_id(request: Any, version: int) -> int:
+def replica_id_of(request: Any, version: int) -> int:
+    """The fetching replica's id (-1 or less: a consumer)."""
     if version >= REPLICA_STATE_VERSION:
         return int(request.replica_state.replica_id)
     return int(request.replica_id)
+
+
+def _without_data(results: list[FetchResult]) -> list[FetchResult]:
+    """The partitions of a throttled answer as sent: read, but no records."""
+    return [FetchResult(r.tp, r.error) for r in results]
 
 
 class _TopicIds:

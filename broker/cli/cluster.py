@@ -25,6 +25,10 @@ and ``--zk-election-port``). ``cluster.json``'s ``zookeeper`` is the full connec
 ports, data dir, pid), and ``zookeeper_pid`` / ``zk_port`` are node 1's. An ensemble is ready
 when a majority of its nodes answers ``srvr`` with Mode leader or follower.
 
+Each broker serves Prometheus metrics on a port of its own, chosen free at ``cluster up`` and
+kept in its ``server.properties``; its ``cluster.json`` entry has ``metrics_url``
+(``broker.cli.cluster_metrics``; ``--set metrics.http.listener=`` turns them off).
+
 The functions (``cluster_up``, ``cluster_down``, ``cluster_status``, ``stop_broker``,
 ``start_broker``, ``stop_zookeeper``, ``start_zookeeper``) are importable by tests; they write progress lines to ``progress`` (stderr by
 default) and raise :class:`ClusterError` with a clear message (and the tail of the failing
@@ -44,6 +48,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from broker.cli.cluster_metrics import PROPERTY as METRICS_PROPERTY
+from broker.cli.cluster_metrics import MetricsPort, plan_metrics_ports
 from broker.cli.cluster_process import (
     BROKER_MARKERS,
     HOST,
@@ -124,6 +130,7 @@ def _write_server_properties(
     zk_connect: str,
     overrides: Mapping[str, str],
     security: ClusterSecurity | None = None,
+    metrics: MetricsPort | None = None,
 ) -> None:
     base = {
         "broker.id": str(broker_id),
@@ -131,7 +138,10 @@ def _write_server_properties(
         "log.dirs": str(data_dir),
         "zookeeper.connect": zk_connect,
         **(security.broker_props if security else {}),
+        # this broker's own port (cluster_metrics.py), or off
+        METRICS_PROPERTY: metrics.listener if metrics is not None else "",
     }
+    overrides = {k: v for k, v in overrides.items() if k != METRICS_PROPERTY}
     lines = [
         "# Written by `millrace cluster up`; start-broker reuses it.",
         *(f"{k}={v}" for k, v in base.items()),
@@ -475,6 +485,10 @@ def cluster_up(
     busy = [p for p in wanted if not port_is_free(HOST, p)]
     if busy:
         raise ClusterError(f"port(s) {busy} on {HOST} already in use")
+    metrics_ports = plan_metrics_ports(overrides, brokers, taken=wanted)
+    busy = [m.port for m in metrics_ports if m is not None and not port_is_free(m.host, m.port)]
+    if busy:
+        raise ClusterError(f"{METRICS_PROPERTY} port(s) {busy} already in use")
 
     secured = prepare_security(directory, security) if security else None
     started: list[int] = []
@@ -491,12 +505,12 @@ def cluster_up(
         procs: dict[int, subprocess.Popen[bytes]] = {}
         out_files: dict[int, Path] = {}
         entries: list[dict[str, Any]] = []
-        for broker_id, port in zip(ids, ports, strict=True):
+        for broker_id, port, metrics in zip(ids, ports, metrics_ports, strict=True):
             bdir = directory / f"broker-{broker_id}"
             data_dir = bdir / "data"
             config = bdir / "server.properties"
             _write_server_properties(
-                config, broker_id, port, data_dir, zk_connect, overrides, secured
+                config, broker_id, port, data_dir, zk_connect, overrides, secured, metrics
             )
             out_files[broker_id] = bdir / "broker.out"
             proc = spawn(broker_command(config), out_files[broker_id], bdir)
@@ -512,6 +526,7 @@ def cluster_up(
                     "log_dirs": _log_dirs_of(bdir, data_dir, overrides),
                     "config": str(config),
                     "out": str(out_files[broker_id]),
+                    "metrics_url": metrics.url if metrics is not None else None,
                 }
             )
         controller = None
@@ -620,6 +635,7 @@ def cluster_status(directory: Path) -> dict[str, Any]:
             "alive": is_ours(b.get("pid"), BROKER_MARKERS),
             "registered": snapshot["epochs"].get(int(b["id"])) is not None if serving else None,
             "broker_epoch": snapshot["epochs"].get(int(b["id"])),
+            "metrics_url": b.get("metrics_url"),
         }
         for b in info.get("brokers", [])
     ]
@@ -995,7 +1011,8 @@ def _run_status(args: argparse.Namespace) -> int:
         Column("ADDRESS", 22),
         Column("PID", 8, align=">"),
         Column("ALIVE", 6),
-        Column("REGISTERED"),
+        Column("REGISTERED", 23),
+        Column("METRICS"),
     )
     rows = [
         (
@@ -1005,6 +1022,7 @@ def _run_status(args: argparse.Namespace) -> int:
             "yes" if b["alive"] else "no",
             {True: "yes", False: "no", None: "unknown"}[b["registered"]]
             + (" (controller)" if b["id"] == status["controller"] else ""),
+            b.get("metrics_url") or "-",
         )
         for b in status["brokers"]
     ]

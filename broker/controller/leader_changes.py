@@ -96,6 +96,8 @@ class LeaderChanges:
                     )
                     continue
             leader, isr = res.leader, res.isr
+            if res.unclean:
+                driver.unclean_elections += 1
 
             def elected(
                 st: znodes.PartitionState, leader: int = leader, isr: tuple[int, ...] = isr

@@ -87,6 +87,9 @@ class StateDriver:
         self.zk = zk
         self.topic_configs = topic_configs
         self.controller_id = controller_id
+        self.unclean_elections = 0
+        """Leaders chosen from outside the ISR, by this broker as controller (Kafka's
+        ControllerStats UncleanLeaderElectionsPerSec count)."""
 
     # ------------------------------------------------------------------ topic znodes
 
@@ -340,6 +343,7 @@ class StateDriver:
                 return self.new_state(NO_LEADER, st.leader_epoch + 1, st.isr)
             if res.unclean:
                 log.warning("%s: unclean leader election of %d", tp, res.leader)
+                self.unclean_elections += 1
             return self.new_state(res.leader, st.leader_epoch + 1, res.isr)
         isr = [r for r in st.isr if r in live]
         if len(isr) == len(st.isr):

@@ -126,6 +126,10 @@ class ZkSession:
         self._session_id: int | None = None
         self._old_session_ids: set[int] = set()
         self._lost_fired = False
+        self.expires = 0
+        """Sessions that expired (Kafka's ZooKeeperExpiresPerSec count)."""
+        self.disconnects = 0
+        """Connections lost while the session lived on (ZooKeeperDisconnectsPerSec)."""
         self._lost_callbacks: list[SessionCallback] = []
         self._reconnected_callbacks: list[SessionCallback] = []
         self._state_callbacks: list[StateCallback] = []
@@ -273,6 +277,7 @@ class ZkSession:
     async def _handle_state(self, kstate: str, sid: int | None) -> None:
         if kstate == KazooState.SUSPENDED:
             self._state = ZkState.SUSPENDED
+            self.disconnects += 1
             self._connected.clear()
             log.warning("ZooKeeper connection to %s suspended", self.connect)
             await self._fire(self._state_callbacks, ZkState.SUSPENDED)
@@ -282,6 +287,7 @@ class ZkSession:
             log.warning("ZooKeeper session 0x%x lost", self._session_id or 0)
             if not self._lost_fired:
                 self._lost_fired = True
+                self.expires += 1
                 await self._fire(self._lost_callbacks)
             await self._fire(self._state_callbacks, ZkState.LOST)
         elif kstate == KazooState.CONNECTED:
@@ -293,6 +299,7 @@ class ZkSession:
                 self._old_session_ids.add(self._session_id)
                 self._session_id = sid
                 if not self._lost_fired:
+                    self.expires += 1
                     await self._fire(self._lost_callbacks)
                 self._lost_fired = False
                 await self._on_new_session()

@@ -55,6 +55,7 @@ class AlterIsrManager:
     def propose(self, partition: Partition, isr: tuple[int, ...]) -> None:
         """Propose ``isr`` for a partition this broker leads."""
         if self.alter_isr is None:
+            self.replica_manager.count_isr_change(partition.isr, isr)
             partition.commit_isr(isr, partition.zk_version)
             self.replica_manager.notify_high_watermark(partition.tp)
             return
@@ -90,5 +91,6 @@ class AlterIsrManager:
                 partition.pending_isr = None
                 continue
             log.info("%s: ISR %s -> %s", tp, list(partition.isr), list(isr))
+            rm.count_isr_change(partition.isr, isr)
             partition.commit_isr(isr, version)
             rm.notify_high_watermark(tp)

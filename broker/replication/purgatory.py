@@ -54,6 +54,17 @@ class Purgatory:
                 woken += 1
         return woken
 
+    def sizes_by_kind(self, kind_of: Callable[[Hashable], str]) -> dict[str, tuple[int, int]]:
+        """Per kind of key (``kind_of(key)``, e.g. Produce or Fetch): (watch entries, waiting
+        operations), Kafka's PurgatorySize and NumDelayedOperations."""
+        watches: dict[str, int] = {}
+        operations: dict[str, set[asyncio.Future[bool]]] = {}
+        for key, waiters in self._watchers.items():
+            kind = kind_of(key)
+            watches[kind] = watches.get(kind, 0) + len(waiters)
+            operations.setdefault(kind, set()).update(w for w in waiters if not w.done())
+        return {kind: (watches[kind], len(operations[kind])) for kind in watches}
+
     @property
     def watched_keys(self) -> int:
         return len(self._watchers)

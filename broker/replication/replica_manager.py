@@ -27,6 +27,10 @@ DeleteRecords, LeaderAndIsr, StopReplica, ...) gets KAFKA_STORAGE_ERROR, as do t
 that were waiting on them. A LeaderAndIsr for a partition that is not new and has no log here
 is refused the same way while any directory is offline (its log may be there).
 
+Metrics: leader appends (records, bytes, failures) and what followers append are counted on
+``metrics`` (:mod:`broker.metrics.recorder`, a no-op without ``metrics.http.listener``); the
+ISR changes this broker writes as leader in ``isr_shrinks`` / ``isr_expands``.
+
 Concurrency: event loop thread only. Appends are synchronous (a ``write`` to the page
 cache), so requests on a connection take effect in arrival order.
 """
@@ -48,6 +52,7 @@ from broker.log.errors import LogDirOfflineError, OffsetOutOfRangeError
 from broker.log.log import AppendOrigin
 from broker.log.log_manager import LogManager
 from broker.log.producer_state import ProducerEntry
+from broker.metrics.recorder import NOOP_RECORDER, Recorder
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode, KafkaError, error_code_for
 from broker.replication.alter_isr_manager import AlterIsr, AlterIsrManager
@@ -96,10 +101,13 @@ class ReplicaManager:
         log_dir_event: Callable[[], Awaitable[None]] | None = None,
         on_all_log_dirs_offline: Callable[[str], None] | None = None,
         inter_broker_security: Any = None,
+        metrics: Recorder = NOOP_RECORDER,
     ) -> None:
         """``inter_broker_security``: how the follower fetchers connect to leaders (a
-        ``ClientSecurity`` for a secured inter-broker listener; None: plaintext)."""
+        ``ClientSecurity`` for a secured inter-broker listener; None: plaintext).
+        ``metrics``: where appends are counted (:mod:`broker.metrics.recorder`)."""
         self.config = config
+        self.metrics = metrics
         self.log_manager = log_manager
         self.clock = clock
         self.broker_id = broker_id
@@ -141,6 +149,11 @@ class ReplicaManager:
         )
         """Incremental fetch sessions (KIP-227) of the followers and consumers fetching here."""
         self._hw_checkpoints = read_high_watermarks(log_manager.log_dirs)
+        self.isr_shrinks = 0
+        """ISR changes written by this broker as leader that removed a replica (Kafka's
+        IsrShrinksPerSec count)."""
+        self.isr_expands = 0
+        """... that added a replica (IsrExpandsPerSec)."""
         self.topic_ids: dict[str, uuid.UUID] = {}
         """Topic ids from LeaderAndIsr (v5+), so a follower fetching by id (Fetch v13+) is
         served before this broker's metadata cache has the topic."""
@@ -358,6 +371,7 @@ class ReplicaManager:
             if headers:
                 end = headers[-1].position + headers[-1].size
                 partition.log.append_as_follower(memoryview(records_bytes)[:end], headers)
+                self.metrics.replicated_in(end)
         if leader_log_start > partition.log.log_start_offset:
             partition.log.advance_log_start_offset(
                 min(leader_log_start, partition.log.log_end_offset)
@@ -365,6 +379,13 @@ class ReplicaManager:
         partition.update_follower_high_watermark(leader_hw)
 
     # --- ISR maintenance (leader side) ---------------------------------------------------------
+
+    def count_isr_change(self, old: tuple[int, ...], new: tuple[int, ...]) -> None:
+        """An ISR change this broker wrote as leader: count it as a shrink or an expand."""
+        if set(old) - set(new):
+            self.isr_shrinks += 1
+        if set(new) - set(old):
+            self.isr_expands += 1
 
     def maybe_shrink_isrs(self) -> None:
         now = self.clock.time_ms()
@@ -424,6 +445,7 @@ class ReplicaManager:
         if transactional_id is not None and origin is AppendOrigin.CLIENT:
             results.update(await self.transactions.verify(transactional_id, entries))
         now = self.clock.time_ms()
+        metrics = self.metrics
         for tp, data in entries.items():
             if tp in results:
                 continue
@@ -451,6 +473,13 @@ class ReplicaManager:
                         ErrorCode.record_list_too_large,
                     )
                 appended = partition.append_as_leader(buf, validated.headers, required_acks, origin)
+                if metrics.enabled:  # an idempotent retry's duplicate appended nothing
+                    dup = appended.duplicate
+                    metrics.produced(
+                        tp.topic,
+                        0 if dup else sum(h.record_count for h in validated.headers),
+                        0 if dup else len(buf),
+                    )
                 results[tp] = ProduceResult(
                     ErrorCode.none,
                     appended.first_offset,
@@ -474,9 +503,11 @@ class ReplicaManager:
                         )
             except KafkaError as exc:
                 results[tp] = ProduceResult(exc.code, error_message=str(exc) or None)
+                metrics.produce_failed(tp.topic, exc.code, len(data or b""))
             except Exception as exc:
                 log.exception("append to %s failed", tp)
                 results[tp] = ProduceResult(error_code_for(exc), error_message=str(exc))
+                metrics.produce_failed(tp.topic, results[tp].error, len(data or b""))
         if waiting:
             await self.await_acks(waiting, results, timeout_ms)
         return results

@@ -595,6 +595,11 @@ class GroupCoordinator:
 
     # --- administration -------------------------------------------------------------------
 
+    def loaded_partitions(self) -> list[OffsetsPartition]:
+        """The ``__consumer_offsets`` partitions this broker leads and has loaded (their groups
+        and committed offsets; read-only, for the metrics)."""
+        return [state for state in self._partitions.values() if state.loaded]
+
     def list_groups(self, states: list[str] | None) -> tuple[ErrorCode, list[GroupOverview]]:
         out: list[GroupOverview] = []
         error = ErrorCode.none

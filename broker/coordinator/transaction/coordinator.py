@@ -677,6 +677,11 @@ class TransactionCoordinator:
             partitions=tuple(sorted(meta.partitions)),
         )
 
+    def loaded_partitions(self) -> list[TxnPartition]:
+        """The ``__transaction_state`` partitions this broker leads and has loaded (their
+        transactional ids; read-only, for the metrics)."""
+        return [state for state in self._partitions.values() if state.loaded]
+
     def list_transactions(
         self,
         states: Iterable[str] = (),

@@ -20,7 +20,11 @@ error (``OSError``) instead takes the log's directory offline (KIP-112); logs in
 directory are not cleaned.
 
 Each finished round logs, at INFO, Kafka's summary line (``cleaned log ... N MB of log
-processed in S seconds (R MB/sec)``) and keeps :class:`CleanerStats` for the benchmark.
+processed in S seconds (R MB/sec)``) and keeps :class:`CleanerStats` for the benchmark
+and the metrics (:mod:`broker.metrics.log_metrics`): totals of the rounds that completed,
+each cleaner task's last round (Kafka's ``max-clean-time-secs`` and
+``cleaner-recopy-percent``), and, from every search for work, its time and the highest
+cleanable ratio seen (Kafka's ``time-since-last-run-ms`` and ``max-dirty-percent``).
 
 Concurrency: everything here runs on the event loop; the pool runs ``run_cleaning`` in other
 processes.
@@ -51,12 +55,18 @@ from broker.log.cleaner.cleaning import (
     worker_init,
 )
 from broker.log.cleaner.offset_map import map_capacity
-from broker.log.cleaner.selection import CleanableRange, LogView, SegmentView, filthiest
+from broker.log.cleaner.selection import (
+    CleanableRange,
+    LogView,
+    SegmentView,
+    dirtiest_ratio,
+    filthiest,
+)
 from broker.log.log import Log
 from broker.log.segment import LogSegment
 from broker.types import TopicPartition
 
-__all__ = ["CLEANER_CHECKPOINT", "CleanerSettings", "CleanerStats", "LogCleaner"]
+__all__ = ["CLEANER_CHECKPOINT", "CleanerSettings", "CleanerStats", "LogCleaner", "RoundSummary"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,9 +86,20 @@ class CleanerSettings:
     backoff_ms: int = 15_000
 
 
+@dataclass(frozen=True, slots=True)
+class RoundSummary:
+    """One completed round, as a cleaner task's last one (Kafka's ``CleanerStats``)."""
+
+    seconds: float
+    bytes_read: int
+    bytes_written: int
+
+
 @dataclass(slots=True)
 class CleanerStats:
-    """Totals since start-up (for logs, tests and the benchmark)."""
+    """Totals since start-up of the rounds that completed (for logs, tests, the benchmark and
+    the metrics), each cleaner task's last completed round (by task index), and the time
+    (``clock.time_ms``) and highest cleanable ratio of the last search for work."""
 
     rounds: int = 0
     bytes_read: int = 0
@@ -86,6 +107,9 @@ class CleanerStats:
     seconds: float = 0.0
     aborted_rounds: int = 0
     last_round: dict[TopicPartition, CleaningResult] = field(default_factory=dict)
+    last_by_worker: dict[int, RoundSummary] = field(default_factory=dict)
+    last_check_ms: int | None = None
+    max_dirty_ratio: float = 0.0
 
 
 class LogCleaner:
@@ -112,6 +136,7 @@ class LogCleaner:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.stats = CleanerStats()
+        self._started_ms = clock.time_ms()
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -167,7 +192,7 @@ class LogCleaner:
         backoff = self.settings.backoff_ms / 1000.0
         while True:
             try:
-                cleaned = await self.clean_filthiest()
+                cleaned = await self.clean_filthiest(worker)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -177,6 +202,31 @@ class LogCleaner:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), backoff)
+
+    # --- state for the metrics -------------------------------------------------------------
+
+    def time_since_last_run_ms(self) -> int:
+        """Since the last search for work (since start-up before the first): Kafka's
+        ``time-since-last-run-ms``."""
+        last = self.stats.last_check_ms
+        return max(0, self._clock.time_ms() - (self._started_ms if last is None else last))
+
+    def uncleanable_counts(self) -> dict[Path, int]:
+        """Per log directory, how many of its partitions failed cleaning in this broker run
+        (and are not retried): Kafka's ``uncleanable-partitions-count``."""
+        counts = dict.fromkeys(self._log_dirs, 0)
+        logs = self._logs()
+        for tp in self._uncleanable:
+            log = logs.get(tp)
+            if log is not None:
+                log_dir = log.dir.parent
+                counts[log_dir] = counts.get(log_dir, 0) + 1
+        return counts
+
+    def dead_tasks(self) -> int:
+        """Cleaner tasks that ended (Kafka's ``DeadThreadCount``); they only end on
+        :meth:`stop`, so this stays 0 while the broker runs."""
+        return sum(1 for t in self._tasks if t.done())
 
     def _views(self) -> list[LogView]:
         views: list[LogView] = []
@@ -211,9 +261,14 @@ class LogCleaner:
             )
         return views
 
-    async def clean_filthiest(self) -> bool:
-        """Clean the dirtiest log that needs it; False when none does."""
-        found = filthiest(self._views(), self._clock.time_ms())
+    async def clean_filthiest(self, worker: int = 0) -> bool:
+        """Clean the dirtiest log that needs it (as cleaner task ``worker``); False when none
+        does."""
+        views = self._views()
+        now = self._clock.time_ms()
+        self.stats.last_check_ms = now
+        self.stats.max_dirty_ratio = dirtiest_ratio(views, now)
+        found = filthiest(views, now)
         if found is None:
             return False
         tp = found.key
@@ -223,7 +278,7 @@ class LogCleaner:
             return False
         self._in_progress.add(tp)
         try:
-            await self._clean(tp, log, found)
+            await self._clean(tp, log, found, worker)
         finally:
             self._in_progress.discard(tp)
         return True
@@ -273,7 +328,9 @@ class LogCleaner:
         live = {id(s) for s in log.segments}
         return any(id(s) not in live for s in segments)
 
-    async def _clean(self, tp: TopicPartition, log: Log, found: CleanableRange) -> None:
+    async def _clean(
+        self, tp: TopicPartition, log: Log, found: CleanableRange, worker: int = 0
+    ) -> None:
         job, segments = self._job(log, found)
         marker = log.modification_marker()
         assert self._executor is not None
@@ -332,6 +389,9 @@ class LogCleaner:
         stats.bytes_written += result.bytes_written
         stats.seconds += elapsed
         stats.last_round[tp] = result
+        stats.last_by_worker[worker] = RoundSummary(
+            elapsed, result.bytes_read, result.bytes_written
+        )
         logger.info(
             "cleaned log %s (dirty section = [%d, %d]): %.1f MB of log processed in %.2f seconds "
             "(%.1f MB/sec), %.1f MB written, %d of %d records kept, %d keys mapped",

@@ -26,7 +26,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["CleanableRange", "LogView", "SegmentView", "cleanable_range", "filthiest"]
+__all__ = [
+    "CleanableRange",
+    "LogView",
+    "SegmentView",
+    "cleanable_range",
+    "dirtiest_ratio",
+    "filthiest",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,3 +135,10 @@ def filthiest(views: Sequence[LogView], now_ms: int) -> CleanableRange | None:
         if best is None or found.ratio > best.ratio:
             best = found
     return best
+
+
+def dirtiest_ratio(views: Sequence[LogView], now_ms: int) -> float:
+    """The highest cleanable ratio among ``views``, 0.0 when there are none: Kafka's
+    ``dirtiestLogCleanableRatio``, behind its ``max-dirty-percent`` gauge (taken over every
+    compacted log not being cleaned, whether or not it needs cleaning)."""
+    return max((cleanable_range(view, now_ms).ratio for view in views), default=0.0)

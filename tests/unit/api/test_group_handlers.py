@@ -49,6 +49,7 @@ from broker.coordinator.group.results import (
     MemberIdentity,
     SyncResult,
 )
+from broker.metrics.recorder import NOOP_RECORDER
 from broker.protocol import registry
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
@@ -208,6 +209,7 @@ def send(
         metadata=FakeMetadata(set(topics)),
         authorizer=None,
         quotas=None,
+        metrics=NOOP_RECORDER,
     )
     dispatcher = Dispatcher(cast(Any, services))
     conn = ConnectionInfo("127.0.0.1:50123", "PLAINTEXT", 1)
