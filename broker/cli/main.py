@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES = (
     "broker.cli.elect_leaders",
     "broker.cli.transactions",
     "broker.cli.console",
+    "broker.cli.web_console.command",
     "broker.cli.perf",
     "broker.cli.dump_log",
     "broker.cli.table",

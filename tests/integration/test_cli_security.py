@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.console.console_process import Console
 from tests.harness.kafka_tools import kafka_tool_runner
 from tests.harness.kafka_tools import ok as tool_ok
 
@@ -271,7 +272,7 @@ def test_acls_prefixed_producer_consumer_authorize_a_user(cluster: Any, topic_na
     )
     try:
         consumer.subscribe([topic])
-        values: list[bytes] = []
+        values: list[bytes | None] = []
         deadline = time.monotonic() + 30
         while len(values) < 5 and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
@@ -522,6 +523,17 @@ def test_sasl_ssl_cluster_via_dir(cluster_factory: Any, topic_name: str) -> None
         ("k2", "v2"),
     ]
     assert "No partition reassignments found." in ok(millrace("reassign", "--list", *java))
+    # the web console over SASL_SSL: with --dir, then with --command-config
+    for how in (d, java):
+        console = Console(*how)
+        try:
+            status, page = console.get("/")
+            assert status == 200 and f"<td>{secured.host}:{secured.port}</td>" in page, page
+            status, page = console.get(f"/topics/{topic_name}")
+            assert status == 200 and f"Topic {topic_name}" in page, page
+            assert ('data-bytes="' in page) is (how is d)  # sizes: the metrics of cluster.json
+        finally:
+            console.stop()
 
 
 def test_mutual_tls_key_store_from_client_properties(cluster_factory: Any, topic_name: str) -> None:
