@@ -342,6 +342,7 @@ def _stop_and_check(writer: Writer, cluster: Cluster, tag: str) -> int:
     return _check_log(cluster, expected, tag)
 
 
+@pytest.mark.long  # make fault (60 kills there); 25 s of make test's budget (issue 30)
 def test_compaction_survives_sigkill_at_random_moments(
     cluster_factory: Callable[..., Cluster],
 ) -> None:

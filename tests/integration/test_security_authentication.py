@@ -341,6 +341,8 @@ def test_no_password_reaches_the_broker_log(cluster: Cluster) -> None:
 # --- re-authentication (KIP-368) ----------------------------------------------------------------
 
 
+@pytest.mark.long  # make fault: 15 s of make test's budget (issue 30)
+@pytest.mark.fault
 def test_reauthentication_after_connections_max_reauth_ms(cluster_factory: Any) -> None:
     from kio.schema.metadata.v12.request import MetadataRequest
 

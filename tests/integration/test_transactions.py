@@ -268,7 +268,10 @@ def _java_classpath(major: str) -> str:
     return ":".join(str(p) for p in [clients[0], *deps])
 
 
-@pytest.mark.parametrize("major", ["3", "4"])
+# the 3.9 client in make fault (13 s of make test's budget, issue 30); 4.x in make test
+@pytest.mark.parametrize(
+    "major", [pytest.param("3", marks=[pytest.mark.long, pytest.mark.fault]), "4"]
+)
 def test_java_client_transactions(cluster: Any, major: str) -> None:
     result = subprocess.run(
         [
