@@ -101,7 +101,8 @@ demo: setup
 # into a compacted topic, a compacted topic read as a table, and a topic landed in Delta), then
 # the Millrace-only cluster fail-over and consumer-group measurements; bench/secured_reads.py:
 # format("millrace") reads over SASL_SSL beside PLAINTEXT on one broker; bench/failover.py: the
-# unavailability after SIGKILL of a partition leader, 20 kills, beside Kafka. Progress on stderr.
+# unavailability after SIGKILL of a partition leader, 20 kills, beside Kafka; bench/metrics_cost.py:
+# throughput and broker CPU with metrics on (scraped every second) and off. Progress on stderr.
 # (python -m bench.compaction --quick: the same at 50 MB, about a minute, into /tmp;
 # python -m bench.aggregates --quick: reduced sizes, a few minutes, into /tmp.)
 bench: setup
@@ -117,6 +118,7 @@ bench: setup
 	$(PY) -m bench.secured_reads --records 2000000 --runs 3
 	$(PY) -m bench.tls --records 1000000 --runs 3
 	$(PY) -m bench.failover --kills 20
+	$(PY) -m bench.metrics_cost --records 1000000 --small 5000 --runs 9
 
 # Workloads 1-6 side by side at reduced sizes (under five minutes), into
 # /tmp/millrace-bench-quick.md and /tmp/millrace-bench-quick/; BENCHMARKS.md is not touched.
