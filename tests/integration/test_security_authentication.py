@@ -393,6 +393,10 @@ def test_reauthentication_after_connections_max_reauth_ms(cluster_factory: Any) 
 # --- mutual TLS ---------------------------------------------------------------------------------
 
 
+# make fault: 25 s of make test's budget (issue 30); tests/integration/test_cli_security.py
+# keeps a mutual-TLS cluster in make test
+@pytest.mark.long
+@pytest.mark.fault
 def test_mutual_tls_principal_from_the_certificate(cluster_factory: Any, tmp_path: Path) -> None:
     """`--security ssl`: client certificates required; the admin's certificate maps to
     User:admin (a super user); a certificate for CN=dave maps to User:dave, who needs ACLs;
