@@ -40,7 +40,7 @@ browser:
 
 # The editable install also compiles the C extensions (setup.py): the reader's record
 # decoder, the writer's batch encoder and the broker's request and record checks.
-$(STAMP): pyproject.toml setup.py spark_connector/_native_records.c spark_connector/_native_batches.c broker/protocol/_record_check.c broker/protocol/_request_check.c
+$(STAMP): pyproject.toml setup.py spark_connector/_native_records.c spark_connector/_native_batches.c broker/protocol/_record_check.c broker/protocol/_request_check.c broker/log/cleaner/_native_cleaner.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat

@@ -6,7 +6,9 @@ decodes it (falling back to ``request_walk._walk_py``).
 (falling back to ``records._check_records_py``).
 ``spark_connector._native_records`` decodes Kafka record batches into Arrow buffers for the
 fetch reader; ``spark_connector._native_batches`` encodes Arrow columns as record batches for
-the writer (falling back to ``record_encoder``'s pure-Python functions). It is optional: without a C compiler the install still succeeds and
+the writer (falling back to ``record_encoder``'s pure-Python functions).
+``broker.log.cleaner._native_cleaner`` is the log cleaner's record scan and offset map (falling
+back to the pure-Python cleaner, its reference). It is optional: without a C compiler the install still succeeds and
 ``spark_connector.record_batches`` falls back to its pure-Python decoder (logging a warning).
 """
 
@@ -35,6 +37,12 @@ setup(
         Extension(
             "spark_connector._native_batches",
             ["spark_connector/_native_batches.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "broker.log.cleaner._native_cleaner",
+            ["broker/log/cleaner/_native_cleaner.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -5,10 +5,11 @@ Millrace and Apache Kafka 3.9.1 run side by side, one broker each (Kafka on Mill
 ZooKeeper, as in ``bench.compare``), with the same cleaner settings (``log.cleaner.threads=1``,
 ``log.cleaner.backoff.ms``, ``log.cleaner.dedupe.buffer.size``), alternating which goes
 first. Every cleaning round is of the same data: ``--mb`` MB (2^20 bytes) of key + value
-payload, updates of 100-byte values to ``--keys`` 16-byte keys, the key of each update drawn
-from a generator seeded with ``--seed``, produced by confluent-kafka into a 1-partition topic
-with ``cleanup.policy=compact`` and ``segment.bytes`` ``--segment-mb`` (at least 2: both
-refuse a produce larger than ``segment.bytes``, and librdkafka's batches reach 1 MB).
+payload, updates of ``--value-bytes``-byte values (100) to ``--keys`` 16-byte keys, the key
+of each update drawn from a generator seeded with ``--seed``, produced by confluent-kafka
+into a 1-partition topic with ``cleanup.policy=compact`` and ``segment.bytes``
+``--segment-mb`` (at least 2: both refuse a produce larger than ``segment.bytes``, and
+librdkafka's batches reach 1 MB).
 
 Holding the cleaner back, then triggering it: the topic is created with
 ``min.compaction.lag.ms`` one day, so no record is old enough to clean, and after the fill an
@@ -42,7 +43,8 @@ records each broker must read to refuse keyless ones).
 
 Results: the section "Log compaction beside Apache Kafka" of ``BENCHMARKS.md`` (``--quick``:
 a file under /tmp), medians of ``--runs`` runs. Usage: ``python -m bench.compaction
-[--quick] [--mb N] [--keys N] [--runs N] [--segment-mb N] [--out F]``; progress on stderr.
+[--quick] [--mb N] [--keys N] [--value-bytes N] [--runs N] [--segment-mb N] [--out F]``;
+progress on stderr.
 """
 
 from __future__ import annotations
@@ -120,18 +122,20 @@ class Updates:
 
     keys: list[bytes]
     order: list[bytes]
+    value: bytes = RECORD
 
     @classmethod
-    def make(cls, mb: float, keys: int, seed: int) -> Updates:
-        """``mb`` MB of key + value payload, keys and order from the generator ``seed``."""
+    def make(cls, mb: float, keys: int, seed: int, value_bytes: int = len(RECORD)) -> Updates:
+        """``mb`` MB of key + value payload (values of ``value_bytes``), keys and order from
+        the generator ``seed``."""
         rng = random.Random(seed)
         names = [rng.randbytes(KEY_BYTES // 2).hex().encode() for _ in range(keys)]
-        n = int(mb * MB) // (KEY_BYTES + len(RECORD))
-        return cls(names, rng.choices(names, k=n))
+        n = int(mb * MB) // (KEY_BYTES + value_bytes)
+        return cls(names, rng.choices(names, k=n), b"x" * value_bytes)
 
     @property
     def mb(self) -> float:
-        return len(self.order) * (KEY_BYTES + len(RECORD)) / MB
+        return len(self.order) * (KEY_BYTES + len(self.value)) / MB
 
 
 def fill(system: System, topic: str, updates: Updates) -> float:
@@ -151,11 +155,12 @@ def fill(system: System, topic: str, updates: Updates) -> float:
             failures.append(err)
 
     n = len(updates.order)
+    value = updates.value
     start = time.perf_counter()
     for i, key in enumerate(updates.order):
         while True:
             try:
-                p.produce(topic, RECORD, key, partition=0, on_delivery=on_delivery)
+                p.produce(topic, value, key, partition=0, on_delivery=on_delivery)
                 break
             except BufferError:
                 p.poll(0.005)
@@ -289,7 +294,7 @@ def clean(system: System, topic: str, created: int, timeout_s: float) -> Cleanin
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.a = args
-        self.updates = Updates.make(args.mb, args.keys, args.seed)
+        self.updates = Updates.make(args.mb, args.keys, args.seed, args.value_bytes)
         self.seq = 0
         self.timeout_s = max(300.0, args.mb * 3)
 
@@ -316,7 +321,7 @@ class Bench:
         """A cleaning round before anything is measured (Kafka's JIT; Millrace's worker
         process starts with its first round)."""
         log(f"warming up {system.name}'s cleaner ({self.a.warm_up_mb} MB)")
-        updates = Updates.make(self.a.warm_up_mb, self.a.keys, self.a.seed + 1)
+        updates = Updates.make(self.a.warm_up_mb, self.a.keys, self.a.seed + 1, self.a.value_bytes)
         topic, since, _ = self.filled(system, updates)
         clean(system, topic, since, self.timeout_s)
         system.delete_topic(topic)
@@ -494,12 +499,16 @@ def table(samples: dict[str, list[dict[str, float]]]) -> str:
 def write_report(
     out: Path, args: argparse.Namespace, samples: dict[str, list[dict[str, float]]]
 ) -> None:
-    updates = Updates.make(args.mb, args.keys, args.seed)
-    command = "python -m bench.compaction" + (
-        " --quick"
-        if args.quick
-        else f" --mb {args.mb:g} --keys {args.keys} --runs {args.runs} "
-        f"--segment-mb {args.segment_mb} --idle-s {args.idle_s:g}"
+    updates = Updates.make(args.mb, args.keys, args.seed, args.value_bytes)
+    command = (
+        "python -m bench.compaction"
+        + (
+            " --quick"
+            if args.quick
+            else f" --mb {args.mb:g} --keys {args.keys} --runs {args.runs} "
+            f"--segment-mb {args.segment_mb} --idle-s {args.idle_s:g}"
+        )
+        + (f" --value-bytes {args.value_bytes}" if args.value_bytes != len(RECORD) else "")
     )
     quick = (
         "\n**Quick run (`--quick`): reduced sizes, for checking the benchmark works; not "
@@ -518,7 +527,7 @@ Both brokers: `log.cleaner.threads=1`, `log.cleaner.backoff.ms={BACKOFF_MS}`,
 `log.cleaner.dedupe.buffer.size={DEDUPE_BUFFER}`, other settings their defaults. Each cleaning
 is of a fresh 1-partition topic (`cleanup.policy=compact`, `segment.bytes={args.segment_mb}`
 MB) filled with the same {len(updates.order):,} updates ({updates.mb:,.0f} MB of key + value
-payload; MB = 2^20 bytes, as both cleaners print them): 100-byte values for {args.keys:,}
+payload; MB = 2^20 bytes, as both cleaners print them): {args.value_bytes}-byte values for {args.keys:,}
 16-byte keys, each update's key drawn from a generator seeded with {args.seed}. The topic is
 created with `min.compaction.lag.ms` one day, so nothing is cleanable while it fills, and
 an IncrementalAlterConfigs then sets it to 0 (both brokers apply it live). The active
@@ -571,6 +580,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="reduced sizes, report into /tmp")
     p.add_argument("--mb", type=float, help="MB (2^20) of updates per cleaning (500; quick 50)")
     p.add_argument("--keys", type=int, help="distinct keys (100,000; quick 10,000)")
+    p.add_argument("--value-bytes", type=int, default=100, help="bytes of each value (100)")
     p.add_argument("--runs", type=int, help="runs per system (3; quick 1)")
     p.add_argument("--segment-mb", type=int, default=16, help="segment.bytes in MB (16)")
     p.add_argument("--idle-s", type=float, help="seconds measured with the cleaner idle (5; 2)")
@@ -594,8 +604,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("mb", "warm_up_mb"):
         if getattr(args, name) <= args.segment_mb:
             p.error(f"--{name.replace('_', '-')} must exceed --segment-mb (one full segment)")
-    if args.keys <= 0 or args.runs <= 0 or args.idle_s <= 0:
-        p.error("--keys, --runs and --idle-s must be positive")
+    if args.keys <= 0 or args.runs <= 0 or args.idle_s <= 0 or args.value_bytes <= 0:
+        p.error("--keys, --value-bytes, --runs and --idle-s must be positive")
     if args.out is None:
         args.out = str(QUICK_OUT if args.quick else ROOT / "BENCHMARKS.md")
     return args

@@ -1,6 +1,8 @@
 """Log compaction (Kafka's log cleaner): keep the latest record of every key.
 
 * :mod:`~broker.log.cleaner.offset_map`: the key -> latest offset map of a cleaning round;
+* :mod:`~broker.log.cleaner.native`: the native cleaner (``_native_cleaner.c``): the offset
+  map and the record scans of a round in C, the Python cleaner kept as its reference;
 * :mod:`~broker.log.cleaner.transactions`: which batches and markers belong to aborted or
   committed transactions while the log is read in offset order;
 * :mod:`~broker.log.cleaner.batch_filter`: what to keep of one batch;

@@ -22,6 +22,11 @@ discardable marker and has no delete horizon yet: it is then rewritten with one 
 time + ``delete.retention.ms``, KIP-534), which starts the tombstone's last
 ``delete.retention.ms`` in the log. See :mod:`broker.protocol.batch_rewrite` for the rewrite.
 
+Two record loops implement these rules: the Python one here (the reference) and, when the
+round's offset map is the native one, :meth:`NativeOffsetMap.filter_records
+<broker.log.cleaner.native>` for data batches (control batches always go through Python:
+they are few and hold one record). Both make the same bytes.
+
 Concurrency: owned by one cleaning round.
 """
 
@@ -31,7 +36,13 @@ import enum
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from broker.log.cleaner.native import (
+    is_native,
+    rebuilt_batch,
+    records_section,
+)
 from broker.log.cleaner.offset_map import OffsetMap
 from broker.log.cleaner.transactions import CleanedTransactions
 from broker.protocol.batch_rewrite import (
@@ -43,6 +54,9 @@ from broker.protocol.batch_rewrite import (
 )
 from broker.protocol.control_records import ControlType
 from broker.protocol.records import BatchHeader
+
+if TYPE_CHECKING:
+    from broker.log.cleaner._native_cleaner import OffsetMap as NativeOffsetMap
 
 __all__ = ["BatchFilter", "FilterStats", "ProducerTail", "Retention", "marker_type"]
 
@@ -92,7 +106,7 @@ class BatchFilter:
 
     def __init__(
         self,
-        offset_map: OffsetMap,
+        offset_map: OffsetMap | NativeOffsetMap,
         transactions: CleanedTransactions,
         producers: Mapping[int, ProducerTail],
         *,
@@ -102,6 +116,7 @@ class BatchFilter:
         max_batch_bytes: int,
     ) -> None:
         self._map = offset_map
+        self._native = offset_map if is_native(offset_map) else None
         self._txns = transactions
         self._producers = producers
         self._now = now_ms
@@ -118,9 +133,20 @@ class BatchFilter:
             return header.last_offset == tail.last_data_offset
         return header.is_control and header.producer_epoch == tail.producer_epoch
 
+    def _retention(self, header: BatchHeader, discard_records: bool) -> Retention:
+        if (
+            header.has_producer_id and self._is_producer_tail(header)
+        ) or header.next_offset == self._round_end:
+            return Retention.RETAIN_EMPTY
+        if discard_records:
+            return Retention.DELETE
+        return Retention.DELETE_EMPTY
+
     def filter(self, buf: bytes | memoryview, header: BatchHeader) -> bytes | memoryview | None:
         """The bytes to write for the batch ``header`` of ``buf`` (the original bytes, a
         rewritten batch, an empty batch) or None to drop it."""
+        if self._native is not None and not header.is_control:
+            return self._filter_data_native(self._native, buf, header)
         stats = self.stats
         stats.batches_read += 1
         stats.records_read += header.record_count
@@ -138,14 +164,7 @@ class BatchFilter:
                 header.producer_id, header.is_transactional, header.last_offset
             )
             discard_records = can_discard
-        if (
-            header.has_producer_id and self._is_producer_tail(header)
-        ) or header.next_offset == self._round_end:
-            retention = Retention.RETAIN_EMPTY
-        elif discard_records:
-            retention = Retention.DELETE
-        else:
-            retention = Retention.DELETE_EMPTY
+        retention = self._retention(header, discard_records)
         if retention is Retention.DELETE:
             return None
 
@@ -165,6 +184,41 @@ class BatchFilter:
                 return memoryview(buf)[header.position : header.position + header.size]
             new_horizon = now + self._delete_retention_ms if needs_horizon else None
             return rebuild_batch(header, payload, kept, delete_horizon=new_horizon)
+        if retention is Retention.RETAIN_EMPTY:
+            stats.batches_kept += 1
+            return empty_batch(header)
+        return None
+
+    def _filter_data_native(
+        self, native: NativeOffsetMap, buf: bytes | memoryview, header: BatchHeader
+    ) -> bytes | memoryview | None:
+        """:meth:`filter` for a data batch, its records filtered by the native map."""
+        stats = self.stats
+        stats.batches_read += 1
+        stats.records_read += header.record_count
+        discard = self._txns.on_data_batch(
+            header.producer_id, header.is_transactional, header.last_offset
+        )
+        retention = self._retention(header, discard)
+        if retention is Retention.DELETE:
+            return None
+        if not discard:
+            horizon = delete_horizon_ms(header)
+            kept, records, first_ts, max_ts, stamped = native.filter_records(
+                records_section(buf, header, self._max_batch_bytes),
+                header.record_count,
+                header.base_offset,
+                horizon is None or self._now < horizon,
+                header.first_timestamp,
+                horizon is not None,
+                self._now + self._delete_retention_ms,
+            )
+            if kept:
+                stats.batches_kept += 1
+                stats.records_kept += kept
+                if records is None:  # every record stays, no horizon to stamp
+                    return memoryview(buf)[header.position : header.position + header.size]
+                return rebuilt_batch(header, records, kept, first_ts, max_ts, stamped=stamped)
         if retention is Retention.RETAIN_EMPTY:
             stats.batches_kept += 1
             return empty_batch(header)

@@ -24,11 +24,16 @@ _cleaned``); the ``.cleaned``/``.swap`` file names make every moment of that cra
 read them.
 
 Reads and writes are throttled together to ``log.cleaner.io.max.bytes.per.second`` and made
-in ``log.cleaner.io.buffer.size`` windows.
+in ``log.cleaner.io.buffer.size`` windows (a batch larger than that is read whole, once).
 
-Why a process: cleaning decodes every record of the dirty section in Python; in a thread it
-would hold the GIL for most of a round and stall the broker's event loop (produce and fetch
-latency), in a process it runs on another core and the broker only renames files.
+Records are scanned by the native cleaner (:mod:`~broker.log.cleaner.native`: the offset map
+and the per-record filter in C) when the extension is built and ``CleaningJob.native`` is
+set (the default), else by the Python cleaner, its reference; both write the same bytes.
+
+Why a process: cleaning reads and scans every record of the dirty section; in a thread the
+Python parts of a round (per batch, and every record with the Python cleaner) would hold the
+GIL and stall the broker's event loop (produce and fetch latency), in a process it runs on
+another core and the broker only renames files.
 
 Concurrency: a worker process runs one job at a time; jobs of one log never overlap (the
 manager's rule).
@@ -43,8 +48,15 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker.log.cleaner.batch_filter import BatchFilter, ProducerTail, marker_type
+from broker.log.cleaner.native import (
+    NATIVE,
+    is_native,
+    new_offset_map,
+    records_section,
+)
 from broker.log.cleaner.offset_map import OffsetMap
 from broker.log.cleaner.transactions import CleanedTransactions
 from broker.log.offset_index import OffsetIndex
@@ -60,6 +72,9 @@ from broker.log.segment import (
 from broker.log.transaction_index import AbortedTxn
 from broker.protocol.batch_rewrite import records_of
 from broker.protocol.records import HEADER_SIZE, MIN_BATCH_LENGTH, BatchHeader, read_header
+
+if TYPE_CHECKING:
+    from broker.log.cleaner._native_cleaner import OffsetMap as NativeOffsetMap
 
 __all__ = [
     "CLEANED_SUFFIX",
@@ -107,6 +122,7 @@ class CleaningJob:
     map_capacity: int
     io_buffer_bytes: int
     io_bytes_per_second: float
+    native: bool = NATIVE  # scan records with the native cleaner (when it is built)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,14 +195,17 @@ def _batches(
         if os.fstat(fd).st_size < end:
             raise CleaningAborted(f"{path} shrank below {end} bytes")
         pos = start
+        want = window  # at least the size of the batch at ``pos`` when it is known
         while pos < end:
-            data = os.pread(fd, min(window, end - pos), pos)
+            data = os.pread(fd, min(max(window, want), end - pos), pos)
             off = 0
+            want = window
             while off + HEADER_SIZE <= len(data):
                 header = read_header(data, off)
                 if header.batch_length < MIN_BATCH_LENGTH:
                     raise CleaningAborted(f"{path}: bad batch framing at {pos + off}")
                 if off + header.size > len(data):
+                    want = header.size
                     break
                 yield data, header
                 off += header.size
@@ -222,12 +241,16 @@ def _start_position(directory: Path, seg: SegmentRef, offset: int) -> int:
 
 
 def _build_offset_map(
-    job: CleaningJob, directory: Path, offset_map: OffsetMap, throttle: _Throttle
+    job: CleaningJob,
+    directory: Path,
+    offset_map: OffsetMap | NativeOffsetMap,
+    throttle: _Throttle,
 ) -> int:
     """Map the dirty range; returns bytes read."""
     start, upper = job.first_dirty_offset, job.first_uncleanable_offset
     txns = CleanedTransactions(job.aborted)
     segments = job.segments
+    native = offset_map if is_native(offset_map) else None
     read = 0
     for i, seg in enumerate(segments):
         next_base = segments[i + 1].base_offset if i + 1 < len(segments) else upper
@@ -246,6 +269,16 @@ def _build_offset_map(
                 txns.on_control_batch(
                     header.producer_id, header.last_offset, marker_type(records, payload)
                 )
+            elif native is not None:
+                if not txns.on_data_batch(
+                    header.producer_id, header.is_transactional, header.last_offset
+                ) and not native.map_records(
+                    records_section(data, header, job.max_batch_bytes),
+                    header.record_count,
+                    header.base_offset,
+                    start,
+                ):
+                    return read  # the map is full
             elif not txns.on_data_batch(
                 header.producer_id, header.is_transactional, header.last_offset
             ):
@@ -349,7 +382,7 @@ def run_cleaning(job: CleaningJob) -> CleaningResult:
     directory = Path(job.directory)
     throttle = _Throttle(job.io_bytes_per_second)
     started = time.monotonic()
-    offset_map = OffsetMap(job.map_capacity)
+    offset_map = new_offset_map(job.map_capacity, native=job.native)
     map_read = _build_offset_map(job, directory, offset_map, throttle)
     end_offset = offset_map.latest_offset + 1
     mapped = time.monotonic()

@@ -10,8 +10,12 @@ entry (an MD5 hash and an offset) and fills to ``log.cleaner.io.buffer.load.fact
 so a buffer of B bytes shared by T cleaner threads maps ``B / T / 24 * 0.9`` keys per round.
 This map keeps the same number of entries (so a round covers the same share of the log as
 Kafka's would), but keys exactly, as bytes: no hash collision can ever drop a live record.
-A Python dict entry costs about 100 bytes plus the key, which is what the cleaner worker
-process spends.
+A Python dict entry costs about 100 bytes plus the key.
+
+This is the reference map of the Python cleaner. Rounds normally use its native twin,
+``_native_cleaner.OffsetMap`` (see :mod:`broker.log.cleaner.native`): the same capacity and
+the same exact keys, in an open-addressing table of 40-byte slots (a key of up to 16 bytes
+held in its slot, longer keys in an arena), filled and queried by C loops over whole batches.
 
 Concurrency: owned by one cleaning round in one worker process.
 """

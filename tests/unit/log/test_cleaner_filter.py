@@ -1,11 +1,16 @@
 """The cleaner's per-batch rules: batch rewriting (offsets, producer fields, codec, KIP-534
 delete horizon), the record filter (latest value per key, tombstones and their horizon),
-producer tails, transactions (aborted data and markers), and the cleaning-round selection."""
+producer tails, transactions (aborted data and markers), and the cleaning-round selection.
+Every test runs with the Python offset map (the reference cleaner) and, when it is built,
+the native one (whose filter runs in C)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
+from broker.log.cleaner import native
 from broker.log.cleaner.batch_filter import BatchFilter, ProducerTail
 from broker.log.cleaner.offset_map import OffsetMap, map_capacity
 from broker.log.cleaner.selection import LogView, SegmentView, cleanable_range, filthiest
@@ -29,6 +34,20 @@ from broker.protocol.records import (
 )
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True, params=["python", "native"])
+def _which_map(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OffsetMap`` below is the Python map or the native one."""
+    if request.param == "native":
+        if not native.NATIVE:
+            pytest.skip("the native cleaner is not built")
+        monkeypatch.setattr(
+            sys.modules[__name__],
+            "OffsetMap",
+            lambda capacity: native.new_offset_map(capacity, native=True),
+        )
+
 
 NOW = 1_700_000_000_000
 RETENTION = 1000
