@@ -102,7 +102,8 @@ demo: setup
 # the Millrace-only cluster fail-over and consumer-group measurements; bench/secured_reads.py:
 # format("millrace") reads over SASL_SSL beside PLAINTEXT on one broker; bench/failover.py: the
 # unavailability after SIGKILL of a partition leader, 20 kills, beside Kafka; bench/metrics_cost.py:
-# throughput and broker CPU with metrics on (scraped every second) and off. Progress on stderr.
+# throughput and broker CPU with metrics on (scraped every second) and off; bench/startup_memory.py:
+# a broker's peak RSS during start-up against its steady RSS, empty and with data. Progress on stderr.
 # (python -m bench.compaction --quick: the same at 50 MB, about a minute, into /tmp;
 # python -m bench.aggregates --quick: reduced sizes, a few minutes, into /tmp.)
 bench: setup
@@ -119,6 +120,7 @@ bench: setup
 	$(PY) -m bench.tls --records 1000000 --runs 3
 	$(PY) -m bench.failover --kills 20
 	$(PY) -m bench.metrics_cost --records 1000000 --small 5000 --runs 9
+	$(PY) -m bench.startup_memory --runs 3 --settle 60
 
 # Workloads 1-6 side by side at reduced sizes (under five minutes), into
 # /tmp/millrace-bench-quick.md and /tmp/millrace-bench-quick/; BENCHMARKS.md is not touched.

@@ -82,11 +82,50 @@ SWAP_SUFFIX = ".swap"  # a cleaner's output being swapped in (the loader complet
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
 INT32_MAX = 2**31 - 1
 
-_RECOVER_WINDOW = 4 * 1024 * 1024  # recovery reads whole batches for their CRC
+_RECOVER_WINDOW = 1024 * 1024
+"""Recovery reads the ``.log`` in windows of this size into one reused buffer (grown only for
+a batch larger than it): whole batches, for their CRC. One window is the whole transient
+memory of a recovery, whatever the segment's size."""
 
 
 def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
     return directory / f"{base_offset:020d}{suffix}"
+
+
+class _RecoveryWindow:
+    """The read buffer of :meth:`LogSegment.recover`: one ``bytearray`` of at most
+    :data:`_RECOVER_WINDOW` bytes (less for a smaller file), filled in place with
+    ``os.preadv`` at each step, so recovering a 1 GB segment allocates one window, not one
+    ``bytes`` object per window. A batch larger than the window gets a buffer of its size.
+
+    Concurrency: used by the one thread recovering the segment; the view a :meth:`read`
+    returned is valid until the next :meth:`read`.
+    """
+
+    __slots__ = ("_buf", "_fd", "_file_size", "view")
+
+    def __init__(self, fd: int, file_size: int) -> None:
+        self._fd = fd
+        self._file_size = file_size
+        self._buf = bytearray(min(_RECOVER_WINDOW, file_size))
+        self.view = memoryview(self._buf)[:0]
+        """The bytes the last :meth:`read` returned (none yet)."""
+
+    def read(self, position: int, need: int) -> memoryview:
+        """The file's bytes from ``position``: a window's worth (or up to the end of the
+        file), and at least ``need`` bytes unless the file ends before."""
+        n = max(need, min(_RECOVER_WINDOW, self._file_size - position))
+        if n > len(self._buf):
+            self._buf = bytearray(n)  # a new one: the caller may still hold a view of the old
+        target = memoryview(self._buf)
+        got = 0
+        while got < n:
+            read = os.preadv(self._fd, [target[got:n]], position + got)
+            if read == 0:
+                break  # the file ended
+            got += read
+        self.view = target[:got]
+        return self.view
 
 
 def _fdatasync(fd: int) -> None:
@@ -318,7 +357,8 @@ class LogSegment:
         expected = max(min_offset, self.base_offset)
         pos = 0
         last_entry_pos = 0
-        buf = b""
+        window = _RecoveryWindow(self._fd, file_size)
+        buf = window.view
         buf_start = 0
         reason = ""
         while pos < file_size:
@@ -327,7 +367,7 @@ class LogSegment:
                 break
             off = pos - buf_start
             if off + HEADER_SIZE > len(buf):
-                buf = os.pread(self._fd, min(_RECOVER_WINDOW, file_size - pos), pos)
+                buf = window.read(pos, HEADER_SIZE)
                 buf_start, off = pos, 0
             header = read_header(buf, off)
             size = header.size
@@ -338,9 +378,9 @@ class LogSegment:
                 reason = f"magic {header.magic}"
                 break
             if off + size > len(buf):
-                buf = os.pread(self._fd, max(size, min(_RECOVER_WINDOW, file_size - pos)), pos)
+                buf = window.read(pos, size)
                 buf_start, off = pos, 0
-            crc = crc32c.crc32c(memoryview(buf)[off + ATTRIBUTES_OFFSET : off + size])
+            crc = crc32c.crc32c(buf[off + ATTRIBUTES_OFFSET : off + size])
             if crc != header.crc:
                 reason = "CRC mismatch"
                 break
