@@ -6,9 +6,12 @@
  *   partition_keys(column, num_partitions) -> bytes
  *       one little-endian int32 per row: toPositive(murmur2(key)) % num_partitions (Kafka's
  *       default partitioner), -1 for a null key.
- *   encode_records(keys, values, rows, start, stop, max_bytes[, headers]) -> (bytes, taken)
+ *   encode_records(keys, values, rows, start, stop, max_bytes[, headers[, delta_base[,
+ *                  timestamp_delta]]]) -> (bytes, taken)
  *       the records section of a v2 batch holding rows[start], rows[start + 1], ... (all
- *       with timestampDelta 0, offsetDelta 0, 1, ...), stopping before `stop` or before the
+ *       with timestampDelta `timestamp_delta` (default 0), offsetDelta delta_base,
+ *       delta_base + 1, ... (default 0: a batch's first records; more: records appended to
+ *       a batch already holding delta_base records)), stopping before `stop` or before the
  *       record that would take the section past max_bytes (the first record is always
  *       taken); `taken` is how many rows it holds. `headers`, a column like the others, holds
  *       each row's whole headers section already encoded (header count varint, then the
@@ -272,6 +275,7 @@ typedef struct {
     const int64_t *rows; /* NULL: identity */
     Py_ssize_t rows_len, start, stop;
     int64_t max_bytes;
+    int64_t delta_base, timestamp_delta;
 } EncodeArgs;
 
 static int encode(const EncodeArgs *a, Out *o, Py_ssize_t *taken)
@@ -281,7 +285,7 @@ static int encode(const EncodeArgs *a, Out *o, Py_ssize_t *taken)
         int64_t row = a->rows ? a->rows[k] : (int64_t)k;
         const unsigned char *key = NULL, *value = NULL, *hdrs = NULL;
         int64_t klen = -1, vlen = -1, hlen = -1, body;
-        int64_t delta = (int64_t)(k - a->start);
+        int64_t delta = (int64_t)(k - a->start) + a->delta_base;
         size_t total;
         unsigned char *p;
         int rc;
@@ -292,8 +296,9 @@ static int encode(const EncodeArgs *a, Out *o, Py_ssize_t *taken)
         if (a->headers != NULL &&
             (rc = column_get(a->headers, (Py_ssize_t)row, &hdrs, &hlen)) != OK)
             return rc;
-        /* attributes, timestampDelta 0, offsetDelta, key, value, headers (count 0 if none) */
-        body = 1 + 1 + (int64_t)varint_size(zigzag(delta)) +
+        /* attributes, timestampDelta, offsetDelta, key, value, headers (count 0 if none) */
+        body = 1 + (int64_t)varint_size(zigzag(a->timestamp_delta)) +
+               (int64_t)varint_size(zigzag(delta)) +
                (int64_t)varint_size(zigzag(klen)) + (klen > 0 ? klen : 0) +
                (int64_t)varint_size(zigzag(vlen)) + (vlen > 0 ? vlen : 0) +
                (hlen > 0 ? hlen : 1);
@@ -307,7 +312,7 @@ static int encode(const EncodeArgs *a, Out *o, Py_ssize_t *taken)
         p = o->data + o->len;
         p = put_varint(p, zigzag(body));
         *p++ = 0; /* attributes */
-        *p++ = 0; /* timestampDelta */
+        p = put_varint(p, zigzag(a->timestamp_delta));
         p = put_varint(p, zigzag(delta));
         p = put_varint(p, zigzag(klen));
         if (klen > 0) {
@@ -344,9 +349,14 @@ static PyObject *encode_records(PyObject *Py_UNUSED(module), PyObject *args)
     memset(&a, 0, sizeof(a));
     memset(&keys, 0, sizeof(keys));
     memset(&headers, 0, sizeof(headers));
-    if (!PyArg_ParseTuple(args, "OOOnnL|O:encode_records", &keys_spec, &values_spec, &rows_obj,
-                          &a.start, &a.stop, &a.max_bytes, &headers_spec))
+    if (!PyArg_ParseTuple(args, "OOOnnL|OLL:encode_records", &keys_spec, &values_spec, &rows_obj,
+                          &a.start, &a.stop, &a.max_bytes, &headers_spec, &a.delta_base,
+                          &a.timestamp_delta))
         return NULL;
+    if (a.delta_base < 0 || a.delta_base > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "encode_records: delta_base outside 0..2**31-1");
+        return NULL;
+    }
     if (column_from(values_spec, &values) < 0)
         return NULL;
     if (keys_spec != Py_None && column_from(keys_spec, &keys) < 0) {
@@ -407,7 +417,8 @@ static PyMethodDef module_methods[] = {
      "partition_keys(column, num_partitions)\n\nKafka's default partition of each key (int32 "
      "LE per row, -1 for null)."},
     {"encode_records", encode_records, METH_VARARGS,
-     "encode_records(keys, values, rows, start, stop, max_bytes[, headers])\n\nA v2 records "
+     "encode_records(keys, values, rows, start, stop, max_bytes[, headers[, delta_base[, "
+     "timestamp_delta]]])\n\nA v2 records "
      "section "
      "and the number of rows it holds."},
     {NULL, NULL, 0, NULL},

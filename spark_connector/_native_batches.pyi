@@ -11,5 +11,7 @@ def encode_records(
     stop: int,
     max_bytes: int,
     headers: tuple[Any, ...] | None = None,
+    delta_base: int = 0,
+    timestamp_delta: int = 0,
     /,
 ) -> tuple[bytes, int]: ...

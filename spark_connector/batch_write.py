@@ -4,6 +4,12 @@ on partitions, encoded into whole v2 record batches a partition at a time (in C,
 :class:`~spark_connector.kafka.producer.BatchProducer`: at-least-once, or inside the task's
 open transaction for exactly-once (``spark_connector.exactly_once.task``).
 
+Consecutive small Arrow batches are first concatenated, in order, up to
+:data:`COALESCE_ROWS` rows. Records go to the producer a partition at a time, continuing the
+partition's batch not sent yet while it has room (:meth:`~spark_connector.kafka.producer.BatchProducer.open_batch`), so
+consecutive small Arrow batches make batches of up to ``batch.size``, not one small batch
+each; the producer builds, sequences and sends them.
+
 Rows name their topic with the ``topic`` option or a ``topic`` column (each Arrow batch is
 split by topic, keeping the rows' order), their partition with a ``partition`` column or the
 key (Kafka's default partitioner) or, keyless, a sticky partition chosen per Arrow batch;
@@ -18,6 +24,7 @@ created, flushed and closed inside the call and never pickled.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from spark_connector.kafka.producer import BatchProducer, ProduceError
 from spark_connector.kafka.security import wire_security
 from spark_connector.record_encoder import (
-    build_batch,
     column_spec,
     encode_headers,
     encode_records,
@@ -140,7 +146,7 @@ class _Encoder:
     def add(self, topic: str, batch: pa.RecordBatch, row_base: int) -> None:
         import numpy as np
 
-        plan, settings, producer = self.plan, self.settings, self.producer
+        plan, producer = self.plan, self.producer
         n = batch.num_rows
         partitions = self.partitions_of(topic)
         sticky = self.sticky[topic]
@@ -167,23 +173,48 @@ class _Encoder:
                 (p, int(ends[p] - counts[p]), int(ends[p])) for p in range(partitions) if counts[p]
             ]
             rows = order.astype("<i8").tobytes()
+        now_ms = int(time.time() * 1000)  # the rows' CreateTime
         for p, begin, stop in groups:
             at = begin
             while at < stop:
+                # continue the partition's batch not sent yet, if it has room (merging)
+                delta, ts_delta, room = producer.open_batch(topic, p, now_ms)
                 records, count = encode_records(
-                    keys, values, rows, at, stop, settings.batch_bytes, headers
+                    keys, values, rows, at, stop, room, headers, delta, ts_delta
                 )
-                data = build_batch(
-                    records,
-                    count,
-                    producer_id=producer.producer_id,
-                    producer_epoch=producer.producer_epoch,
-                    base_sequence=producer.next_sequence(topic, p),
-                    codec=settings.codec,
-                    transactional=producer.transactional,
-                )
-                producer.append(topic, p, data, count)
+                if delta and len(records) > room:  # one record larger than the room left
+                    producer.close_batch(topic, p)
+                    continue
+                producer.append_records(topic, p, records, count, now_ms)
                 at += count
+
+
+COALESCE_ROWS = 4096
+"""Arrow batches smaller than this are concatenated (in order) up to this many rows before
+they are placed and encoded: the per-batch work (placement, sorting by partition, the
+encoder's calls) is paid once per 4096 rows, not once per tiny batch."""
+
+
+def _coalesced(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches`` without the empty ones, consecutive small ones concatenated (rows in
+    order) into batches of at least :data:`COALESCE_ROWS` rows (the last may be smaller)."""
+    import pyarrow as pa
+
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        if not pending and batch.num_rows >= COALESCE_ROWS:
+            yield batch
+            continue
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows >= COALESCE_ROWS:
+            yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+            pending, rows = [], 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
 
 
 def write_rows(
@@ -202,10 +233,8 @@ def write_rows(
     encoder: _Encoder | None = None
     taken = 0  # rows taken from the batches so far
     try:
-        for batch in batches:
+        for batch in _coalesced(batches):
             n = batch.num_rows
-            if n == 0:
-                continue
             row_base = taken
             taken += n
             if encoder is None:
@@ -225,6 +254,9 @@ def write_rows(
                     buffer_bytes=settings.buffer_bytes,
                     client_id=settings.client_id,
                     security=wire_security(plan.producer_options),
+                    batch_bytes=settings.batch_bytes,
+                    codec=settings.codec,
+                    max_in_flight=settings.max_in_flight,
                 )
                 encoder = _Encoder(plan, settings, producer)
             for topic, rows, base in _by_topic(plan, batch, row_base):

@@ -11,15 +11,17 @@ producerEpoch int16 | baseSequence int32 | recordCount int32`` followed by the r
 section, compressed as a whole when ``attributes & 7`` names a codec (1 gzip, 2 snappy,
 3 lz4 frame, 4 zstd). The CRC-32C covers everything from ``attributes`` to the end.
 
-Each record here is ``length varint | attributes int8 (0) | timestampDelta varlong (0) |
+Each record here is ``length varint | attributes int8 (0) | timestampDelta varlong |
 offsetDelta varint | keyLength varint (-1: null) | key | valueLength varint (-1: null, a
 tombstone) | value | headerCount varint | headers``, varints zig-zag encoded, each header
 ``keyLength varint | key (UTF-8) | valueLength varint (-1: null) | value``. A row's headers
 section is encoded once per row in Python (:func:`encode_headers`, from Spark's
 ``array<struct<key string, value binary>>`` column) and copied into its record by the encoder;
-rows without headers get a count of 0. Every record of a
-batch carries the batch's timestamp (CreateTime), as the Java producer's records produced in
-the same millisecond do.
+rows without headers get a count of 0. The records encoded by one call carry one timestamp
+(CreateTime, ``timestampDelta`` after the batch's base timestamp), as the Java producer's
+records produced in the same millisecond do; the producer may append the records of later
+calls to a batch not sent yet (offset deltas continuing from ``delta_base``, timestamp deltas
+from the time of each call: :class:`~spark_connector.kafka.producer.BatchProducer`).
 
 A key's partition is Kafka's default partitioner, ``toPositive(murmur2(key)) %
 numPartitions`` (:mod:`spark_connector.partitioner` is the pure reference of the hash).
@@ -149,8 +151,12 @@ def encode_records_py(
     stop: int,
     max_bytes: int,
     headers: ColumnSpec | None = None,
+    delta_base: int = 0,
+    timestamp_delta: int = 0,
 ) -> tuple[bytes, int]:
     """Reference of :func:`encode_records`."""
+    if not 0 <= delta_base <= 0x7FFFFFFF:
+        raise ValueError("encode_records: delta_base outside 0..2**31-1")
     if rows is not None:
         raw = memoryview(rows).cast("B")
         order = list(struct.unpack(f"<{len(raw) // 8}q", raw[: len(raw) // 8 * 8]))
@@ -166,8 +172,9 @@ def encode_records_py(
         hdrs = _get(headers, row) if headers is not None else None
         body = b"".join(
             (
-                b"\x00\x00",  # attributes, timestampDelta
-                _zigzag_varint(k - start),
+                b"\x00",  # attributes
+                _zigzag_varint(timestamp_delta),
+                _zigzag_varint(k - start + delta_base),
                 _zigzag_varint(-1 if key is None else len(key)),
                 key or b"",
                 _zigzag_varint(-1 if value is None else len(value)),
@@ -252,17 +259,22 @@ def encode_records(
     stop: int,
     max_bytes: int,
     headers: ColumnSpec | None = None,
+    delta_base: int = 0,
+    timestamp_delta: int = 0,
 ) -> tuple[bytes, int]:
     """The records section holding ``rows[start:stop]`` (row numbers as int64 little-endian;
     None: rows ``start`` to ``stop - 1``), cut short before the record that would take it past
     ``max_bytes`` (the first record always goes in). ``headers`` is the column of
-    :func:`encode_headers` (None: no row has headers). Returns the bytes and the rows taken."""
+    :func:`encode_headers` (None: no row has headers). The records' offset deltas start at
+    ``delta_base`` (records appended to a batch already holding that many) and each carries
+    ``timestamp_delta`` (milliseconds after the batch's base timestamp). Returns the bytes
+    and the rows taken."""
     if NATIVE:
-        if headers is None:
+        if headers is None and delta_base == 0 and timestamp_delta == 0:
             data, taken = _native_batches.encode_records(keys, values, rows, start, stop, max_bytes)
         else:
             data, taken = _native_batches.encode_records(
-                keys, values, rows, start, stop, max_bytes, headers
+                keys, values, rows, start, stop, max_bytes, headers, delta_base, timestamp_delta
             )
         return data, taken
     global _warned
@@ -273,7 +285,9 @@ def encode_records(
             "format('millrace') writes encode records in Python, many times slower "
             "(pip install -e . with a C compiler builds it)"
         )
-    return encode_records_py(keys, values, rows, start, stop, max_bytes, headers)
+    return encode_records_py(
+        keys, values, rows, start, stop, max_bytes, headers, delta_base, timestamp_delta
+    )
 
 
 def _gzip(data: bytes) -> bytes:
@@ -323,11 +337,15 @@ def build_batch(
     codec: int = 0,
     timestamp_ms: int | None = None,
     transactional: bool = False,
+    max_timestamp_ms: int | None = None,
 ) -> bytes:
     """A whole v2 record batch around an (uncompressed) records section of ``count``
     records (see the module docstring); ``transactional`` sets the attributes' bit 4 (the
-    batch belongs to the producer's open transaction)."""
+    batch belongs to the producer's open transaction). ``timestamp_ms`` is the base
+    timestamp (now by default), ``max_timestamp_ms`` the largest record timestamp (base +
+    the largest timestampDelta; the base by default)."""
     ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    max_ts = ts if max_timestamp_ms is None else max_timestamp_ms
     compress = compressor(codec)
     body = compress(records) if compress is not None else records
     header = bytearray(
@@ -340,7 +358,7 @@ def build_batch(
             codec | (_TRANSACTIONAL if transactional else 0),
             count - 1,
             ts,
-            ts,
+            max_ts,
             producer_id,
             producer_epoch,
             base_sequence,

@@ -228,6 +228,7 @@ _BATCHING_ONLY = frozenset(
     }
 )
 _CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+_MAX_IN_FLIGHT = 5  # Kafka's limit with idempotence (spark_connector.kafka.producer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +245,9 @@ class BatchSettings:
     retry_backoff_ms: int = 100
     buffer_bytes: int = 32 << 20
     client_id: str = "millrace-spark-writer"
+    max_in_flight: int | None = None
+    """Produce requests in flight per broker connection (None: 5 with idempotence, 1
+    without); at most 5 (Kafka's limit with idempotence)."""
 
 
 def _int_option(name: str, raw: str, low: int, high: int) -> int:
@@ -274,7 +278,10 @@ def batch_settings(plan: WritePlan) -> BatchSettings | str:
     (all or 1), ``enable.idempotence``, ``compression.type`` (none, gzip, snappy, lz4, zstd),
     ``batch.size``, ``request.timeout.ms``, ``delivery.timeout.ms`` (or
     ``message.timeout.ms``), ``retry.backoff.ms``, ``queue.buffering.max.kbytes`` (the bytes
-    of batches a task may have unacknowledged), ``client.id``, the security options (TLS,
+    of batches a task may have unacknowledged), ``max.in.flight.requests.per.connection``
+    (or ``max.in.flight``: 1..5 with idempotence, the default 5; without idempotence the
+    default is 1, which keeps a retried partition in order, and more than 5 counts as 5),
+    ``client.id``, the security options (TLS,
     SASL PLAIN and SCRAM: :mod:`spark_connector.kafka.security`) and librdkafka's batching
     options (which it has no use for: ``linger.ms``, ``batch.num.messages``, ...). Raises
     :class:`WriteOptionError` for a malformed value.
@@ -308,6 +315,8 @@ def batch_settings(plan: WritePlan) -> BatchSettings | str:
         "message.timeout.ms": ("delivery_timeout_ms", 0, 2**31 - 1),
         "retry.backoff.ms": ("retry_backoff_ms", 1, 300_000),
         "queue.buffering.max.kbytes": ("buffer_bytes", 1, 2**31 - 1),
+        "max.in.flight.requests.per.connection": ("max_in_flight", 1, 1_000_000),
+        "max.in.flight": ("max_in_flight", 1, 1_000_000),
     }
     changes: dict[str, object] = {}
     for name, raw in opts.items():
@@ -326,6 +335,14 @@ def batch_settings(plan: WritePlan) -> BatchSettings | str:
             return f"option 'kafka.{name}' is a librdkafka setting the batch producer lacks"
     if "buffer_bytes" in changes:
         changes["buffer_bytes"] = int(changes["buffer_bytes"]) * 1024  # type: ignore[call-overload]
+    in_flight = changes.get("max_in_flight")
+    if isinstance(in_flight, int) and in_flight > _MAX_IN_FLIGHT:
+        if idempotent:
+            raise WriteOptionError(
+                f"option 'kafka.max.in.flight.requests.per.connection' is {in_flight}; with "
+                f"idempotence it must be 1..{_MAX_IN_FLIGHT} (Kafka's limit)"
+            )
+        changes["max_in_flight"] = _MAX_IN_FLIGHT  # the batch producer's most
     if changes.get("delivery_timeout_ms") == 0:
         changes["delivery_timeout_ms"] = 2**31 - 1  # librdkafka: 0 is infinite
     return replace(settings, **changes)  # type: ignore[arg-type]

@@ -38,8 +38,10 @@ Two producers. Option ``producer`` (``auto``, the default; ``batch``; ``librdkaf
 * the **batch producer** (:func:`~spark_connector.batch_write.write_rows`), for every write
   whose ``kafka.*`` options it knows (:func:`~spark_connector.write_plan.batch_settings`):
   each Arrow batch's rows are encoded in C into whole v2 record batches, a partition at a
-  time, and sent by an idempotent (for exactly-once, transactional)
-  :class:`~spark_connector.kafka.producer.BatchProducer`; no per-row Python call;
+  time (consecutive small Arrow batches merged into batches of up to ``batch.size``), and
+  sent by an idempotent (for exactly-once, transactional)
+  :class:`~spark_connector.kafka.producer.BatchProducer`, up to 5 requests in flight per
+  broker; no per-row Python call;
 * **librdkafka's producer** (:mod:`spark_connector.row_write`), one ``produce()`` per row,
   for at-least-once writes with ``acks=0`` or librdkafka settings the batch producer lacks
   (a SASL mechanism other than PLAIN and SCRAM, ...), or on request.

@@ -3,44 +3,68 @@ writer's fast path, for at-least-once and for exactly-once writes.
 
 Theory of operation
 -------------------
-The writer encodes each Arrow batch's rows into v2 record batches, one per partition
-(:mod:`spark_connector.record_encoder`), and hands them to :meth:`BatchProducer.append`;
-:meth:`BatchProducer.flush` returns when every batch is acknowledged, or raises
-:class:`ProduceError`. It speaks the standard protocol through the connector's wire-client
-core (:class:`~spark_connector.kafka.cluster.Cluster`), so it writes to Apache Kafka as to
-Millrace: Metadata v9 for the partitions' leaders, InitProducerId (v1 without a
-transactional id; v4 with one, from the transaction coordinator) for the producer id and
-epoch, AddPartitionsToTxn v3 before a transaction's first batch to a partition, and Produce
-v7 with ``acks`` -1 or 1.
+The writer encodes each Arrow batch's rows into v2 records, a partition at a time
+(:mod:`spark_connector.record_encoder`), and hands them to :meth:`BatchProducer.append_records`
+(or a whole built batch to :meth:`BatchProducer.append`); :meth:`BatchProducer.flush` returns
+when every batch is acknowledged, or raises :class:`ProduceError`. It speaks the standard
+protocol through the connector's wire-client core
+(:class:`~spark_connector.kafka.cluster.Cluster`), so it writes to Apache Kafka as to
+Millrace: Metadata v9 for the partitions' leaders, InitProducerId (v1 without a transactional
+id; v4 with one, from the transaction coordinator) for the producer id and epoch,
+AddPartitionsToTxn v3 before a transaction's first batch to a partition, and Produce v7 with
+``acks`` -1 or 1.
 
-Ordering and retries follow the idempotent Java producer with one request in flight per
-partition: each partition's batches wait in a queue in the order they were appended, each
-numbered with the partition's next sequence when it is appended, and only the head of a
-queue is ever sent. A Produce request to a broker carries the heads of the queues it leads
-(Kafka allows one batch per partition per request), and each broker connection has at most
-one request in flight. A batch leaves its queue when its partition answers NONE (or
-DUPLICATE_SEQUENCE_NUMBER: the broker already holds it); a retriable error (the leader moved,
-not enough replicas, a timeout, a lost connection) leaves it at the head, the metadata is
-looked up again, and the same bytes (same sequence numbers) are sent again after
-``retry.backoff.ms``, so a batch written before its acknowledgement was lost is not written
-twice. Any other error, or a batch still unacknowledged ``delivery.timeout.ms`` after it was
-appended, fails the producer: :meth:`flush` raises, naming the partition and the error.
-Without idempotence (``acks=1`` or ``enable.idempotence=false``) a retry may write a batch
-twice, as in any Kafka producer: at-least-once.
+Merging (as the Java producer's ``RecordAccumulator``): each partition's batches wait in a
+queue in the order they were appended. Records appended while the last batch of the queue is
+not sent yet and holds less than ``batch.size`` bytes go into that batch: the caller asks
+:meth:`BatchProducer.open_batch` for the offset delta and timestamp delta its records must
+carry (the batch's record count so far; milliseconds since the batch's base timestamp, its
+first records' time) and how many bytes fit, and encodes them so. A batch is built (the
+61-byte header, compression, CRC-32C) when it is first sent: base sequence the one the batch
+got when it was opened, record count the sum, ``lastOffsetDelta`` count - 1, ``maxTimestamp``
+its last records' time. From then on its bytes never change. So tiny Arrow batches do not make
+tiny requests: while a partition's requests are in flight its new records pile up in one
+batch of up to ``batch.size``.
+
+Pipelining and ordering follow the idempotent Java producer (``Sender``,
+``TransactionManager``) with ``max.in.flight.requests.per.connection`` up to 5 (Kafka's limit
+with idempotence: the broker keeps the last 5 batches of a producer per partition to detect
+duplicates). Every batch is numbered with the partition's next sequence when it is opened
+(consecutive: a batch's base sequence is the previous one's plus its record count, modulo
+2**31). A Produce request carries at most one batch per partition (Kafka's rule); each broker
+connection has at most ``max_in_flight`` requests in flight, answered in order, so a partition
+has at most that many batches in flight, sent in sequence order, all to one broker (a
+partition whose leader changed waits until its batches in flight to the old one are answered).
+A batch leaves its queue when its partition answers NONE (or DUPLICATE_SEQUENCE_NUMBER: the
+broker already holds it). A retriable error of a batch (the leader moved, not enough
+replicas, a timeout, a lost connection), and OUT_OF_ORDER_SEQUENCE_NUMBER of a batch after
+one that must be sent again, puts the partition in *retry*: nothing more is sent for it until
+every batch it has in flight is answered (those after the failed one fail as out of order,
+or succeed when the failed one was written after all), then, after ``retry.backoff.ms`` and
+a metadata look-up, its unacknowledged batches are sent again from the head of its queue, in
+order, with the same bytes (same sequence numbers: never sequenced again within the
+producer's epoch), so a batch written before its acknowledgement was lost is not written
+twice. OUT_OF_ORDER_SEQUENCE_NUMBER of a partition's first unacknowledged batch (the broker
+lost the producer's state), any other error, or a batch still unacknowledged
+``delivery.timeout.ms`` after it was opened, fails the producer: :meth:`flush` raises, naming
+the partition and the error. Without idempotence (``acks=1`` or ``enable.idempotence=false``)
+a retry may write a batch twice and, with more than one request in flight, out of order, as
+in any Kafka producer: at-least-once (the writer keeps one in flight then, unless told).
 
 Transactions (``transactional_id``): the constructor finds the id's coordinator and calls
 InitProducerId, which bumps the id's epoch (fencing any older producer of the id and aborting
 its open transaction). The producer's :attr:`producer_id` and :attr:`producer_epoch` are the
 identity of its transaction: the exactly-once sink commits exactly that pair, never "whoever
 holds the id now". Before a partition's first batch is sent it joins the transaction
-(AddPartitionsToTxn, every partition waiting at that moment in one request). The producer
-never commits or aborts: the transaction stays open for the driver (see
-``docs/exactly-once.md``); INVALID_PRODUCER_EPOCH / PRODUCER_FENCED fail it for good.
-:meth:`written` tells, per partition, the offsets its batches got (first offset and the
-offset after the last record), which the sink records as the batch's output.
+(AddPartitionsToTxn, every partition about to be sent to at that moment in one request). The
+producer never commits or aborts: the transaction stays open for the driver (see
+``docs/exactly-once.md``), and :meth:`flush` returns only when no batch is in flight (so a
+transaction is never ended with batches in flight); INVALID_PRODUCER_EPOCH / PRODUCER_FENCED
+fail it for good. :meth:`written` tells, per partition, the offsets its batches got (first
+offset and the offset after the last record), which the sink records as the batch's output.
 
-Memory: :meth:`append` sends what it can without waiting, and waits for acknowledgements
-while more than ``buffer_bytes`` of batches are queued.
+Memory: :meth:`append` and :meth:`append_records` send what they can without waiting, and
+wait for acknowledgements while more than ``buffer_bytes`` of batches are queued.
 
 Security: the producer's connections (the cluster's, and the Produce connections beside them)
 carry ``security`` (TLS and SASL, :mod:`spark_connector.kafka.security`); ``select`` is
@@ -84,7 +108,11 @@ __all__ = ["BatchProducer", "ProduceError", "error_name"]
 log = logging.getLogger(__name__)
 
 PRODUCE, PRODUCE_VERSION = 0, 7
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
+MAX_IN_FLIGHT = 5
+"""Kafka's limit of requests in flight per connection for an idempotent producer (the broker
+remembers a producer's last 5 batches per partition)."""
 _INIT_RETRIABLE = LEADER_MOVED | {14, 15, 16, 51}
 """... and for InitProducerId: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
 NOT_COORDINATOR, CONCURRENT_TRANSACTIONS (a new Kafka broker answers these at first; an id
@@ -111,30 +139,55 @@ def _string(value: str | None) -> bytes:
     return _I16.pack(len(raw)) + raw
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Batch:
-    data: bytes
+    """One record batch of a partition's queue: ``parts`` (records sections, offset deltas
+    continuing from one to the next) while it is open, ``data`` (the whole built batch) from
+    its first send on; ``size`` the bytes it holds, counted against ``buffer_bytes``."""
+
+    sequence: int
     records: int
     deadline: float
+    size: int
+    timestamp: int = 0
+    max_timestamp: int = 0
+    parts: list[bytes] = field(default_factory=list)
+    data: bytes | None = None
+    in_flight: bool = False
     attempts: int = 0
     last_error: str = ""
 
 
 @dataclass(slots=True)
 class _Partition:
+    """A partition's queue of unacknowledged batches (sequence order) and its send state:
+    ``in_flight`` batches sent to ``broker`` and not answered; ``retrying`` while a batch
+    must be sent again (nothing is sent until ``in_flight`` is 0 and ``retry_at`` passed)."""
+
     topic: str
     index: int
     queue: deque[_Batch] = field(default_factory=deque)
     sequence: int = 0
     leader: int = -1
-    in_flight: bool = False
+    in_flight: int = 0
+    broker: int = -1
+    retrying: bool = False
     retry_at: float = 0.0
     first_offset: int = -1
     end_offset: int = -1
 
+    def next_unsent(self) -> _Batch | None:
+        """The batch to send next (outside retry: the in-flight batches are the queue's
+        first ``in_flight``)."""
+        return self.queue[self.in_flight] if self.in_flight < len(self.queue) else None
+
 
 class BatchProducer:
-    """Sends record batches to partition leaders (see the module docstring). One thread."""
+    """Merges appended records into v2 record batches of up to ``batch_bytes`` per partition
+    and sends them to the partitions' leaders, up to ``max_in_flight`` Produce v7 requests in
+    flight per broker connection (one batch per partition per request), sequence numbers
+    consecutive per partition, retried in order with the same bytes (see the module
+    docstring). Concurrency: one thread; blocking sockets and ``select``; never pickled."""
 
     def __init__(
         self,
@@ -150,13 +203,24 @@ class BatchProducer:
         buffer_bytes: int = 32 << 20,
         client_id: str = "millrace-spark-writer",
         security: ClientSecurity | None = None,
+        batch_bytes: int = 1_000_000,
+        codec: int = 0,
+        max_in_flight: int | None = None,
     ) -> None:
+        """``batch_bytes``: how large (uncompressed records) a batch may grow by merging;
+        ``codec``: the compression of the batches built from :meth:`append_records`;
+        ``max_in_flight``: requests in flight per broker connection (1..5; default 5 with
+        idempotence, 1 without, which keeps a retried partition in order)."""
         if acks not in (-1, 1):
             raise ValueError(f"acks must be -1 (all) or 1, not {acks}")
         if idempotent and acks != -1:
             raise ValueError("an idempotent producer needs acks=all")
         if transactional_id is not None and not idempotent:
             raise ValueError("a transactional producer is idempotent")
+        if max_in_flight is None:
+            max_in_flight = MAX_IN_FLIGHT if idempotent else 1
+        if not 1 <= max_in_flight <= MAX_IN_FLIGHT:
+            raise ValueError(f"max_in_flight must be 1..{MAX_IN_FLIGHT}, not {max_in_flight}")
         self._cluster = Cluster(
             bootstrap,
             client_id=client_id,
@@ -171,13 +235,18 @@ class BatchProducer:
         self._delivery_timeout_s = delivery_timeout_ms / 1000
         self._backoff_s = retry_backoff_ms / 1000
         self._buffer_bytes = buffer_bytes
-        self._in_flight: dict[int, list[_Partition]] = {}  # broker -> partitions sent
-        # Produce requests are pipelined on connections of their own: the cluster's are for
-        # one request at a time (metadata, coordinators)
+        self._batch_bytes = batch_bytes
+        self._codec = codec
+        self._max_in_flight = max_in_flight
+        # broker -> its requests in flight, oldest first: each the (partition, batch) it
+        # carries. Produce requests are pipelined on connections of their own: the
+        # cluster's are for one request at a time (metadata, coordinators)
+        self._in_flight: dict[int, deque[list[tuple[_Partition, _Batch]]]] = {}
         self._connections: dict[int, Connection] = {}
         self._partitions: dict[tuple[str, int], _Partition] = {}
         self._in_transaction: set[tuple[str, int]] = set()
         self._queued_bytes = 0
+        self._queued_batches = 0
         self._stale = False
         self._failure: ProduceError | None = None
         self.acked_records = 0
@@ -299,34 +368,116 @@ class BatchProducer:
         return self.transactional_id is not None
 
     def next_sequence(self, topic: str, partition: int) -> int:
-        """The base sequence the next batch appended to the partition must carry (-1 when
-        the producer is not idempotent)."""
+        """The base sequence the next batch appended to the partition with :meth:`append`
+        must carry (-1 when the producer is not idempotent)."""
         if not self._idempotent:
             return -1
         part = self._partitions.get((topic, partition))
         return 0 if part is None else part.sequence
 
-    def append(self, topic: str, partition: int, batch: bytes, records: int) -> None:
-        """Queue ``batch`` (built with :meth:`next_sequence` as its base sequence) for the
-        partition, send what can be sent, and wait while too much is queued."""
-        self._raise_failure()
+    def _partition(self, topic: str, partition: int) -> _Partition:
         key = (topic, partition)
         part = self._partitions.get(key)
         if part is None:
             part = _Partition(topic, partition, leader=self._cluster.leader(topic, partition))
             self._partitions[key] = part
-        part.queue.append(_Batch(batch, records, time.monotonic() + self._delivery_timeout_s))
+        return part
+
+    def _open(self, part: _Partition) -> _Batch | None:
+        """The partition's last batch if records may still be added to it: never sent, built
+        from records sections, holding less than ``batch_bytes``."""
+        if not part.queue:
+            return None
+        tail = part.queue[-1]
+        if tail.data is not None or not tail.parts or tail.size >= self._batch_bytes:
+            return None
+        return tail
+
+    def open_batch(self, topic: str, partition: int, now_ms: int) -> tuple[int, int, int]:
+        """How records appended to the partition at ``now_ms`` must be encoded:
+        ``(offset delta, timestamp delta, room)``: the record count and the milliseconds
+        since the base timestamp of the batch they would join (0, 0 for a new batch), and
+        the bytes left in it (``batch_bytes`` for a new one). Records larger than ``room``
+        go into a new batch: :meth:`close_batch` first."""
+        part = self._partitions.get((topic, partition))
+        tail = self._open(part) if part is not None else None
+        if tail is None:
+            return 0, 0, self._batch_bytes
+        return tail.records, max(now_ms - tail.timestamp, 0), self._batch_bytes - tail.size
+
+    def close_batch(self, topic: str, partition: int) -> None:
+        """Add nothing more to the partition's last batch."""
+        part = self._partitions.get((topic, partition))
+        tail = self._open(part) if part is not None else None
+        if tail is not None:
+            tail.data = self._build(tail)
+            tail.parts = []
+
+    def append_records(
+        self, topic: str, partition: int, records: bytes, count: int, now_ms: int
+    ) -> None:
+        """Add ``count`` records (a records section encoded as :meth:`open_batch` said, at
+        the same ``now_ms``) to the partition's open batch, or to a new one; send what can be
+        sent, and wait while too much is queued."""
+        self._raise_failure()
+        part = self._partition(topic, partition)
+        tail = self._open(part)
+        size = len(records)
+        if tail is None:
+            self._enqueue(part, _Batch(-1, 0, 0.0, 0, now_ms, now_ms))
+            tail = part.queue[-1]
+        tail.parts.append(records)
+        tail.records += count
+        tail.size += size
+        tail.max_timestamp = max(tail.max_timestamp, now_ms)
+        self._queued_bytes += size
+        if self._idempotent:
+            part.sequence = (part.sequence + count) & 0x7FFFFFFF
+        self._after_append()
+
+    def append(self, topic: str, partition: int, batch: bytes, records: int) -> None:
+        """Queue ``batch`` (whole, built with :meth:`next_sequence` as its base sequence) for
+        the partition, send what can be sent, and wait while too much is queued."""
+        self._raise_failure()
+        part = self._partition(topic, partition)
+        self._enqueue(part, _Batch(-1, records, 0.0, len(batch), data=batch))
+        self._queued_bytes += len(batch)
         if self._idempotent:
             part.sequence = (part.sequence + records) & 0x7FFFFFFF
-        self._queued_bytes += len(batch)
+        self._after_append()
+
+    def _enqueue(self, part: _Partition, batch: _Batch) -> None:
+        batch.sequence = part.sequence if self._idempotent else -1
+        batch.deadline = time.monotonic() + self._delivery_timeout_s
+        part.queue.append(batch)
+        self._queued_batches += 1
+
+    def _after_append(self) -> None:
         self._pump(wait=False)
         while self._queued_bytes > self._buffer_bytes:
             self._pump(wait=True)
 
+    def _build(self, batch: _Batch) -> bytes:
+        """The whole record batch of an open one (see the module docstring)."""
+        from spark_connector.record_encoder import build_batch
+
+        return build_batch(
+            b"".join(batch.parts),
+            batch.records,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=batch.sequence,
+            codec=self._codec,
+            timestamp_ms=batch.timestamp,
+            max_timestamp_ms=batch.max_timestamp,
+            transactional=self.transactional,
+        )
+
     def flush(self) -> int:
-        """Wait until every appended batch is acknowledged; the records acknowledged so far.
-        Raises :class:`ProduceError` if a batch was refused or timed out."""
-        while self._queued_bytes > 0:
+        """Wait until every appended batch is acknowledged (none is in flight then); the
+        records acknowledged so far. Raises :class:`ProduceError` if a batch was refused or
+        timed out."""
+        while self._queued_batches > 0:
             self._pump(wait=True)
         self._raise_failure()
         return self.acked_records
@@ -422,53 +573,94 @@ class BatchProducer:
             self._connections[broker] = conn
         return conn
 
-    def _drop(self, broker: int) -> None:
+    def _drop(self, broker: int, error: str) -> None:
+        """Close the connection to ``broker``: its requests in flight will not be answered,
+        so their partitions send those batches again."""
         conn = self._connections.pop(broker, None)
         if conn is not None:
             conn.close()
-        for part in self._in_flight.pop(broker, []):
-            self._retry_later(part)
+        requests = self._in_flight.pop(broker, deque())
+        if requests:
+            log.info(
+                "millrace writer: produce response from broker %d lost (%d requests in "
+                "flight, sent again): %s",
+                broker,
+                len(requests),
+                error,
+            )
+        for request in requests:
+            for part, batch in request:
+                self._answered(part, batch)
+                self._retry_later(part, batch, error)
 
-    def _retry_later(self, part: _Partition, error: str = "") -> None:
-        if error and part.queue:
-            part.queue[0].last_error = error
-        part.in_flight = False
+    @staticmethod
+    def _answered(part: _Partition, batch: _Batch) -> None:
+        batch.in_flight = False
+        part.in_flight -= 1
+
+    def _retry_later(
+        self, part: _Partition, batch: _Batch, error: str, *, stale: bool = True
+    ) -> None:
+        """Send the partition's unacknowledged batches again, from the head of its queue,
+        once its batches in flight are answered and ``retry.backoff.ms`` has passed."""
+        if error:
+            batch.last_error = error
+        part.retrying = True
         part.retry_at = time.monotonic() + self._backoff_s
-        self._stale = True
+        self._stale = self._stale or stale
 
-    def _ready(self, now: float) -> dict[int, list[_Partition]]:
-        """The partitions whose head can be sent now, by leader."""
-        out: dict[int, list[_Partition]] = {}
+    def _sendable(self, part: _Partition, now: float) -> _Batch | None:
+        """The partition's batch that can be sent now to its leader, if any."""
+        if not part.queue or part.retry_at > now:
+            return None
+        if part.retrying:
+            if part.in_flight:
+                return None  # wait until every batch in flight is answered
+            part.retrying = False  # from the head again, in order
+        head = part.queue[0]
+        if not head.in_flight and now > head.deadline:
+            self._fail(
+                f"{part.topic}[{part.index}]: a batch of {head.records} records timed out "
+                f"unacknowledged after {self._delivery_timeout_s:g}s "
+                f"(delivery.timeout.ms) and {head.attempts} attempts"
+                + (f"; last error {head.last_error}" if head.last_error else "")
+            )
+        if part.in_flight >= self._max_in_flight:
+            return None
+        if part.leader < 0 or self._cluster.broker_address(part.leader) is None:
+            self._stale = True
+            return None
+        if part.in_flight and part.broker != part.leader:
+            return None  # the leader moved: wait for the answers of the old one
+        return part.next_unsent()
+
+    def _ready(self, now: float) -> dict[int, list[tuple[_Partition, _Batch]]]:
+        """The batches that can be sent now, one per partition, by leader (only to brokers
+        with fewer than ``max_in_flight`` requests in flight)."""
+        out: dict[int, list[tuple[_Partition, _Batch]]] = {}
         for part in self._partitions.values():
-            if not part.queue or part.in_flight or part.retry_at > now:
+            batch = self._sendable(part, now)
+            if batch is None:
                 continue
-            head = part.queue[0]
-            if now > head.deadline:
-                self._fail(
-                    f"{part.topic}[{part.index}]: a batch of {head.records} records timed out "
-                    f"unacknowledged after {self._delivery_timeout_s:g}s "
-                    f"(delivery.timeout.ms) and {head.attempts} attempts"
-                    + (f"; last error {head.last_error}" if head.last_error else "")
-                )
-            if part.leader < 0 or self._cluster.broker_address(part.leader) is None:
-                self._stale = True
+            if len(self._in_flight.get(part.leader, ())) >= self._max_in_flight:
                 continue
-            out.setdefault(part.leader, []).append(part)
+            out.setdefault(part.leader, []).append((part, batch))
         if self.transactional:
             joining = [
                 (p.topic, p.index)
-                for parts in out.values()
-                for p in parts
+                for batches in out.values()
+                for p, _ in batches
                 if (p.topic, p.index) not in self._in_transaction
             ]
             if joining:
                 self._add_partitions(joining)
         return out
 
-    def _send(self, broker: int, parts: list[_Partition]) -> None:
-        by_topic: dict[str, list[_Partition]] = {}
-        for part in parts:
-            by_topic.setdefault(part.topic, []).append(part)
+    def _send(self, broker: int, batches: list[tuple[_Partition, _Batch]]) -> bool:
+        """One Produce request to ``broker``; False when the connection failed."""
+        by_topic: dict[str, list[tuple[_Partition, _Batch]]] = {}
+        for part, batch in batches:
+            by_topic.setdefault(part.topic, []).append((part, batch))
         chunks = [
             _string(self.transactional_id),
             _I16.pack(self._acks),
@@ -478,48 +670,63 @@ class BatchProducer:
         for topic, members in by_topic.items():
             chunks.append(_string(topic))
             chunks.append(_I32.pack(len(members)))
-            for part in members:
-                head = part.queue[0]
-                head.attempts += 1
-                chunks += (_I32.pack(part.index), _I32.pack(len(head.data)), head.data)
+            for part, batch in members:
+                if batch.data is None:
+                    batch.data = self._build(batch)
+                    batch.parts = []
+                batch.attempts += 1
+                chunks += (_I32.pack(part.index), _I32.pack(len(batch.data)), batch.data)
+        for part, batch in batches:  # in flight from now: a lost connection retries them
+            batch.in_flight = True
+            part.in_flight += 1
+            part.broker = broker
         try:
             self._connection(broker).send(PRODUCE, PRODUCE_VERSION, b"".join(chunks))
         except (OSError, ConnectionError) as exc:
             log.info("millrace writer: produce to broker %d failed: %s", broker, exc)
-            for part in parts:
-                self._retry_later(part, f"connection to broker {broker} failed")
-            self._drop(broker)
-            return
-        for part in parts:
-            part.in_flight = True
-        self._in_flight[broker] = parts
+            error = f"connection to broker {broker} failed: {exc}"
+            for part, batch in batches:  # not sent: again, after those in flight
+                self._answered(part, batch)
+                self._retry_later(part, batch, error)
+            self._drop(broker, error)
+            return False
+        self._in_flight.setdefault(broker, deque()).append(batches)
+        return True
+
+    def _ack(self, part: _Partition, batch: _Batch, base_offset: int, code: int) -> None:
+        if part.queue and part.queue[0] is batch:
+            part.queue.popleft()
+        else:  # acknowledged while an earlier batch waits to be sent again
+            part.queue.remove(batch)
+        self._queued_batches -= 1
+        self._queued_bytes -= batch.size
+        self.acked_records += batch.records
+        if code == NONE and base_offset >= 0:
+            if part.first_offset < 0 or base_offset < part.first_offset:
+                part.first_offset = base_offset
+            part.end_offset = max(part.end_offset, base_offset + batch.records)
 
     def _receive(self, broker: int) -> None:
-        parts = self._in_flight.pop(broker)
+        requests = self._in_flight[broker]
         try:
             frame = self._connections[broker].receive()
             results = self._parse(frame)
         except (OSError, ConnectionError, struct.error) as exc:
-            log.info("millrace writer: produce response from broker %d lost: %s", broker, exc)
-            self._in_flight[broker] = parts
-            self._drop(broker)
+            self._drop(broker, f"connection to broker {broker} lost: {exc}")
             return
+        batches = requests.popleft()
+        if not requests:
+            del self._in_flight[broker]
         refused: str | None = None
         fenced = False
-        for part in parts:
-            part.in_flight = False
+        for part, batch in batches:
+            self._answered(part, batch)
             result = results.get((part.topic, part.index))
             code = result[0] if result is not None else None
             if result is None:
                 refused = refused or f"{part.topic}[{part.index}]: missing from the response"
             elif code in (NONE, DUPLICATE_SEQUENCE_NUMBER):
-                head = part.queue.popleft()
-                self._queued_bytes -= len(head.data)
-                self.acked_records += head.records
-                if code == NONE and result[1] >= 0:
-                    if part.first_offset < 0:
-                        part.first_offset = result[1]
-                    part.end_offset = max(part.end_offset, result[1] + head.records)
+                self._ack(part, batch, result[1], code)
             elif code in LEADER_MOVED:
                 log.info(
                     "millrace writer: %s[%d]: %s, retrying",
@@ -527,13 +734,16 @@ class BatchProducer:
                     part.index,
                     error_name(code),
                 )
-                self._retry_later(part, error_name(code))
+                self._retry_later(part, batch, error_name(code))
+            elif code == OUT_OF_ORDER_SEQUENCE_NUMBER and part.queue[0] is not batch:
+                # an earlier batch of the partition failed and will be sent again first
+                self._retry_later(part, batch, error_name(code), stale=False)
             else:
                 assert code is not None
                 fenced = fenced or code in FENCED
                 refused = refused or (
                     f"{part.topic}[{part.index}]: the broker refused a batch of "
-                    f"{part.queue[0].records} records: {error_name(code)}{acl_hint(code)}"
+                    f"{batch.records} records: {error_name(code)}{acl_hint(code)}"
                     + (
                         f" (another producer of {self.transactional_id} took over)"
                         if code in FENCED and self.transactional
@@ -562,9 +772,20 @@ class BatchProducer:
                 out[(topic, index)] = (code, base)
         return out
 
+    def _send_ready(self) -> None:
+        """Send every batch that can be sent: per broker, requests of one batch per
+        partition until its connection has ``max_in_flight`` in flight or nothing is left."""
+        while True:
+            ready = self._ready(time.monotonic())
+            sent = False
+            for broker, batches in ready.items():
+                sent = self._send(broker, batches) or sent
+            if not sent:
+                return
+
     def _pump(self, *, wait: bool) -> None:
-        """Send every ready head to its leader's idle connection, then take in the answers
-        that arrived (waiting for at least one when ``wait``)."""
+        """Send what can be sent, then take in the answers that arrived (waiting for at
+        least one when ``wait``)."""
         self._raise_failure()
         now = time.monotonic()
         if self._stale:
@@ -572,12 +793,10 @@ class BatchProducer:
                 self._refresh(sorted({p.topic for p in self._partitions.values()}))
             except ConnectionError as exc:
                 log.info("millrace writer: metadata: %s", exc)
-        for broker, parts in self._ready(now).items():
-            if broker not in self._in_flight:
-                self._send(broker, parts)
+        self._send_ready()
         if not self._in_flight:
-            if wait and self._queued_bytes > 0:
-                # Nothing sent: the heads are backing off, or their leaders are unknown.
+            if wait and self._queued_batches > 0:
+                # Nothing sent: the partitions are backing off, or their leaders are unknown.
                 waiting = [p.retry_at for p in self._partitions.values() if p.queue]
                 earliest = min(waiting, default=now)
                 time.sleep(earliest - now if earliest > now else self._backoff_s)
@@ -593,6 +812,6 @@ class BatchProducer:
         if wait and not readable:
             for broker in list(self._in_flight):
                 log.info("millrace writer: broker %d did not answer a produce in time", broker)
-                self._drop(broker)
+                self._drop(broker, f"broker {broker} did not answer in time")
         for fd in readable:
             self._receive(socks[fd])

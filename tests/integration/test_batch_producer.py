@@ -9,6 +9,11 @@ writes what a user wrote, once, in order, to Millrace and to Apache Kafka 3.9.1 
   RF=3, ``min.insync.replicas`` 2): the write completes, and every row is in the topic
   exactly once and in order (the producer is idempotent: a batch whose acknowledgement was
   lost is sent again with the same sequence numbers and not written twice);
+* tiny Arrow batches (a few rows each) with up to 5 Produce requests in flight per broker
+  connection: the producer does keep 5 in flight, merges a partition's consecutive small
+  batches into batches of up to ``batch.size`` (far fewer stored batches than Arrow batches),
+  and every row is in the topic once, each partition in write order, the stored batches'
+  base sequences running on without a gap and their timestamps within the write;
 * a batch the broker refuses for good (larger than the topic's ``max.message.bytes``) fails
   the task with a :class:`DeliveryError` naming the topic-partition and Kafka's error name,
   and nothing is written;
@@ -228,6 +233,52 @@ def test_every_codec_reads_back_exactly(system: System, topic_name: str, codec: 
         assert len(producers) == 1 and min(producers)[0] >= 0, producers
         counts = [h.record_count for h in headers]
         assert [h.base_sequence for h in headers] == [0, *accumulate(counts[:-1])]
+
+
+def test_tiny_batches_five_in_flight_merged_in_order_once(
+    system: System, topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_connector import batch_write
+    from spark_connector.kafka.producer import BatchProducer
+
+    monkeypatch.setattr(batch_write, "COALESCE_ROWS", 1)  # the producer merges, not Arrow
+    system.create(topic_name, PARTITIONS, {}, 3)
+    plan, settings = _settings(system.bootstrap, topic_name, batch_size="16384")
+    assert settings.idempotent and settings.max_in_flight is None  # 5 with idempotence
+    most = [0]
+    send = BatchProducer._send
+
+    def counting_send(self: BatchProducer, broker: int, batches: list[Any]) -> bool:
+        sent = send(self, broker, batches)
+        most[0] = max(most[0], len(self._in_flight.get(broker, ())))
+        return sent
+
+    monkeypatch.setattr(BatchProducer, "_send", counting_send)
+    rows: list[Row] = [(f"k{i % 101}", f"v{i:07d}-" + "x" * (i % 50)) for i in range(60_000)]
+    chunks = [rows[at : at + 7] for at in range(0, len(rows), 7)]
+    before = time.time()
+    msg = write_record_batches(plan, settings, iter([_arrow(c) for c in chunks]))
+    after = time.time()
+    assert msg.rows == len(rows)
+    assert most[0] == 5, f"at most {most[0]} requests in flight"
+
+    got = _read_all(system.bootstrap, topic_name, PARTITIONS)
+    values = Counter(_decode(m.value()) for msgs in got.values() for m in msgs)
+    assert not [v for v, c in values.items() if c > 1], "rows written twice"
+    _check_placement(rows, got, PARTITIONS)
+    for msgs in got.values():
+        for m in msgs:
+            assert before - 1 <= m.timestamp()[1] / 1000 <= after + 1
+    stored = 0
+    for p, msgs in got.items():
+        headers = [h for _seg, h, ok in read_log_batches(system.partition_dir(topic_name, p)) if ok]
+        assert sum(h.record_count for h in headers) == len(msgs), f"partition {p}"
+        counts = [h.record_count for h in headers]
+        assert [h.base_sequence for h in headers] == [0, *accumulate(counts[:-1])]
+        assert len({(h.producer_id, h.producer_epoch) for h in headers}) == 1
+        assert max(counts) > 7 * 10, f"partition {p}: small batches were not merged"
+        stored += len(headers)
+    assert stored < len(chunks) * PARTITIONS // 10, f"{stored} batches for {len(chunks)} chunks"
 
 
 def test_refused_batch_names_partition_and_error(system: System, topic_name: str) -> None:

@@ -179,3 +179,19 @@ def test_the_producer_option_is_checked() -> None:
         assert plan.producer == value.strip().lower()
     with pytest.raises(WriteOptionError, match="option 'producer' is 'fast'"):
         plan_write({"kafka.bootstrap.servers": "h:1", "topic": "t", "producer": "fast"}, KV)
+
+
+def test_max_in_flight_is_kafkas_limit_with_idempotence() -> None:
+    """``max.in.flight.requests.per.connection`` (or librdkafka's ``max.in.flight``): 1..5
+    with idempotence (the broker remembers a producer's last 5 batches); without it the
+    batch producer keeps at most 5."""
+    s = settings(**{"kafka.max_in_flight_requests_per_connection": "3"})
+    assert isinstance(s, BatchSettings) and s.max_in_flight == 3
+    s = settings(**{"kafka.max_in_flight": "1"})
+    assert isinstance(s, BatchSettings) and s.max_in_flight == 1
+    with pytest.raises(WriteOptionError, match=r"max.in.flight.*1\.\.5"):
+        settings(**{"kafka.max_in_flight_requests_per_connection": "6"})
+    s = settings(**{"kafka.acks": "1", "kafka.max_in_flight": "1000"})
+    assert isinstance(s, BatchSettings) and s.max_in_flight == 5
+    s = settings()
+    assert isinstance(s, BatchSettings) and s.max_in_flight is None  # 5, or 1 without idempotence
