@@ -2,7 +2,8 @@
 ``BENCHMARKS.md`` (tables per workload with both systems and the Millrace/Kafka ratio, the
 machine, versions, limits and commands) and PNG plots next to it.
 
-``python -m bench.report [results.json] [--out BENCHMARKS.md]`` renders a saved run again.
+``python -m bench.report [results.json] [--out BENCHMARKS.md]`` renders a saved run again;
+``--plots-only`` only redraws the plots (``bench.plots``) beside ``results.json``.
 Ratios are Millrace / Kafka of the medians: above 1 means Millrace has more of the metric
 (faster for rates, *slower* for latencies and seconds); the "verdict" column says which.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import plots
 from bench.common import ROOT, replace_section
 from bench.results import SYSTEMS, Run
 
@@ -294,98 +296,12 @@ Self time by source file:
 """
 
 
-def _tick(workload: str, case: str, metric: str) -> str:
-    """A short, wrapped x label: workload, case (format on its own line), metric if several."""
-    case = case.replace(", maxOffsetsPerTrigger=", "\nmaxOffsetsPerTrigger ")
-    case = case.replace(': format("', '\nformat("').replace("kafka-", "kafka-\n", 1)
-    label = f"{workload}: {case}"
-    return label if metric in ("records/s", "rows/s") else f"{label}\n{metric}"
-
-
-def plots(run: Run, directory: Path) -> list[Path]:
-    """PNG plots of the headline figures; returns the files written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    directory.mkdir(parents=True, exist_ok=True)
-    colors = {"Kafka": "#4c72b0", "Millrace": "#dd8452"}
-    written: list[Path] = []
-
-    def bars(name: str, title: str, groups: list[tuple[str, str, str]], ylabel: str) -> None:
-        present = [
-            (w, c, m)
-            for w, c, m in groups
-            if any(run.median(w, c, s, m) is not None for s in SYSTEMS)
-        ]
-        if not present:
-            return
-        fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(present)), 4.2))
-        width = 0.38
-        for i, system in enumerate(SYSTEMS):
-            values = [run.median(w, c, system, m) or 0.0 for w, c, m in present]
-            xs = [x + (i - 0.5) * width for x in range(len(present))]
-            ax.bar(xs, values, width, label=system, color=colors[system])
-        ax.set_xticks(range(len(present)))
-        ax.set_xticklabels([_tick(w, c, m) for w, c, m in present], fontsize=7)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.legend()
-        ax.grid(axis="y", alpha=0.3)
-        fig.tight_layout()
-        path = directory / name
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
-
-    bars(
-        "throughput.png",
-        "Produce and consume throughput (records/s, higher is better)",
-        [(w, c, "records/s") for w in ("1", "2", "3") for c in run.cases(w)],
-        "records/s",
-    )
-    bars(
-        "latency.png",
-        "End-to-end latency at a fixed rate (ms, lower is better)",
-        [("4", c, m) for c in run.cases("4") for m in ("p50 ms", "p99 ms", "p99.9 ms")],
-        "ms",
-    )
-    bars(
-        "spark.png",
-        "Spark local[2] (rows/s, higher is better)",
-        [("5", c, "rows/s") for c in run.cases("5")],
-        "rows/s",
-    )
-    cases = run.cases("6a")
-    if cases:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        xs = [int(c.split()[0].replace(",", "")) for c in cases]
-        for system in SYSTEMS:
-            ys = [run.median("6a", c, system, "records/s") for c in cases]
-            pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
-            if pts:
-                ax.plot(*zip(*pts, strict=True), marker="o", label=system, color=colors[system])
-        ax.set_xscale("log")
-        ax.set_xlabel("partitions")
-        ax.set_ylabel("records/s")
-        ax.set_title("Produce throughput by partition count (higher is better)")
-        ax.legend()
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        path = directory / "partitions.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
-    return written
-
-
 def write(run: Run, out: Path, plot_dir: Path, quick: bool = False) -> None:
-    written = plots(run, plot_dir)
+    written = plots.write_all(run, plot_dir)
     ctx = run.context
     lim = ctx.get("limits", {})
     a = ctx.get("args", {})
-    images = "\n".join(f"![{p.stem}]({os.path.relpath(p, out.parent)})" for p in written)
+    images = plots.markdown(written, out.parent)
     sections = "\n\n".join(
         f"### {wl.title}\n\n{wl.what}\n\n{_table(run, wl)}{_exactly_once_cost(run, wl.key)}"
         for wl in WORKLOADS
@@ -437,13 +353,23 @@ latencies and seconds above 1 means Millrace is slower.
     replace_section(out, HEADING, section.rstrip() + "\n")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="render a saved bench.compare run")
     ap.add_argument("results", nargs="?", default=str(ROOT / "benchmarks" / "results.json"))
     ap.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
-    args = ap.parse_args()
+    ap.add_argument(
+        "--plots-only",
+        action="store_true",
+        help="only draw the PNG plots beside results.json, leave the report alone",
+    )
+    args = ap.parse_args(argv)
     results = Path(args.results)
-    write(Run.load(results), Path(args.out), results.parent, quick="quick" in results.name)
+    run = Run.load(results)
+    if args.plots_only:
+        for path in plots.write_all(run, results.parent):
+            print(path)
+        return 0
+    write(run, Path(args.out), results.parent, quick="quick" in results.name)
     return 0
 
 
