@@ -81,13 +81,13 @@ test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "unit or property" tests
 
 lint: setup
-	$(VENV)/bin/ruff check broker kafka_security spark_connector pyspark_millrace jobs tests bench
-	$(VENV)/bin/ruff format --check broker kafka_security spark_connector pyspark_millrace jobs tests bench
+	$(VENV)/bin/ruff check broker kafka_security kio_loader spark_connector pyspark_millrace jobs tests bench
+	$(VENV)/bin/ruff format --check broker kafka_security kio_loader spark_connector pyspark_millrace jobs tests bench
 	$(VENV)/bin/mypy
 
 format: setup
-	$(VENV)/bin/ruff format broker kafka_security spark_connector pyspark_millrace jobs tests bench
-	$(VENV)/bin/ruff check --fix broker kafka_security spark_connector pyspark_millrace jobs tests bench
+	$(VENV)/bin/ruff format broker kafka_security kio_loader spark_connector pyspark_millrace jobs tests bench
+	$(VENV)/bin/ruff check --fix broker kafka_security kio_loader spark_connector pyspark_millrace jobs tests bench
 
 demo: setup
 	$(PY) -m broker.cli.demo
@@ -102,14 +102,15 @@ demo: setup
 # the Millrace-only cluster fail-over and consumer-group measurements; bench/secured_reads.py:
 # format("millrace") reads over SASL_SSL beside PLAINTEXT on one broker; bench/failover.py: the
 # unavailability after SIGKILL of a partition leader, 20 kills, beside Kafka; bench/metrics_cost.py:
-# throughput and broker CPU with metrics on (scraped every second) and off; bench/startup_memory.py:
+# throughput and broker CPU with metrics on (scraped every second) and off; bench/first_batch.py: a
+# streaming query's first micro-batch, format("millrace") beside format("kafka"); bench/startup_memory.py:
 # a broker's peak RSS during start-up against its steady RSS, empty and with data. Progress on stderr.
 # (python -m bench.compaction --quick: the same at 50 MB, about a minute, into /tmp;
 # python -m bench.aggregates --quick: reduced sizes, a few minutes, into /tmp.)
 bench: setup
 	$(PY) -m bench.compare
 	$(PY) -m bench.transactions --records 200000 --per-txn 1000 --runs 3
-	$(PY) -m bench.compaction --mb 500 --keys 100000 --runs 3
+	for v in 100 200 1024; do $(PY) -m bench.compaction --mb 500 --keys 100000 --runs 3 --value-bytes $$v || exit 1; done
 	$(PY) -m bench.aggregates --records 2000000 --keys 10000 --max-offsets 500000 --table-updates 1000000 --table-keys 10000 --runs 3
 	$(PY) -m bench.cluster --records 1000000 --runs 3 --kills 3
 	$(PY) -m bench.groups --rebalances 5 --commit-seconds 20 --threads 4
@@ -121,6 +122,7 @@ bench: setup
 	$(PY) -m bench.failover --kills 20
 	$(PY) -m bench.metrics_cost --records 1000000 --small 5000 --runs 9
 	$(PY) -m bench.startup_memory --runs 3 --settle 60
+	$(PY) -m bench.first_batch --records 10000 --partitions 3 --runs 5
 
 # Workloads 1-6 side by side at reduced sizes (under five minutes), into
 # /tmp/millrace-bench-quick.md and /tmp/millrace-bench-quick/; BENCHMARKS.md is not touched.

@@ -41,7 +41,8 @@ Each run, for each system, three rounds of cleaning, each of freshly filled topi
 Also reported: the rate of the fills themselves (keyed produce into a compacted topic, whose
 records each broker must read to refuse keyless ones).
 
-Results: the section "Log compaction beside Apache Kafka" of ``BENCHMARKS.md`` (``--quick``:
+Results: the section "Log compaction beside Apache Kafka: N-byte values" of
+``BENCHMARKS.md`` (``--quick``:
 a file under /tmp), medians of ``--runs`` runs. Usage: ``python -m bench.compaction
 [--quick] [--mb N] [--keys N] [--value-bytes N] [--runs N] [--segment-mb N] [--out F]``;
 progress on stderr.
@@ -75,6 +76,13 @@ from bench.procstat import tree_cpu_seconds
 from bench.systems import KAFKA_VERSION, System
 
 HEADING = "## Log compaction beside Apache Kafka"
+
+
+def heading(value_bytes: int) -> str:
+    """The report section of one value size (``make bench`` runs 100, 200 and 1,024)."""
+    return f"{HEADING}: {value_bytes:,}-byte values"
+
+
 QUICK_OUT = Path(tempfile.gettempdir()) / "millrace-bench-compaction-quick.md"
 MB = 1024 * 1024  # both cleaners' "MB"
 KEY_BYTES = 16
@@ -516,7 +524,7 @@ def write_report(
         if args.quick
         else ""
     )
-    section = f"""{HEADING}
+    section = f"""{heading(args.value_bytes)}
 {quick}
 Millrace and Apache Kafka {KAFKA_VERSION} side by side on one machine, one broker each (Kafka
 on Millrace's ZooKeeper), confluent-kafka {confluent_kafka.__version__} (librdkafka
@@ -567,9 +575,10 @@ for seconds, latencies and CPU per MB.
 |---|---:|---:|---:|
 {table(samples)}
 
-Reproduce: `.venv/bin/{command}` (`make bench` runs `--mb 500 --keys 100000 --runs 3`).
+Reproduce: `.venv/bin/{command}` (`make bench` runs `--mb 500 --keys 100000 --runs 3` with
+`--value-bytes` 100, 200 and 1024).
 """
-    replace_section(out, HEADING, section)
+    replace_section(out, heading(args.value_bytes), section)
 
 
 # --------------------------------------------------------------------- main

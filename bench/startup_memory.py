@@ -340,7 +340,7 @@ Hypothesis's Unicode character map, a ~200 MB transient lasting about a second, 
 process's working directory has no `.hypothesis/` cache, which it then writes there: every
 first start in a fresh cluster directory. Hypothesis and what it imports (pytest, attrs,
 trio, pygments: ~300 modules) also stayed resident, ~20 MiB of the steady RSS, and slowed
-the start: a broker's imports took 3.0 s in a fresh directory, 0.5 s now. `broker/kio_import.py`
+the start: a broker's imports took 3.0 s in a fresh directory, 0.5 s now. `kio_loader/__init__.py`
 now imports `kio` with Hypothesis hidden (in the broker, its cleaner workers and the
 `millrace` command). Recovery read the `.log` in 4 MiB `bytes` windows, two alive at each
 step, and the heap kept them: about 10 MiB more steady RSS after a recovery; it now

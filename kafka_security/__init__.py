@@ -8,4 +8,10 @@ Modules: ``errors`` (ConfigError, the broker's configuration error too), ``jaas`
 ``ssl_factory`` (``ssl.SSLContext`` from Kafka's ``ssl.*`` settings: PEM, PKCS12, JKS),
 ``client_security`` (what a client of a secured listener does: TLS, then SASL) and
 ``librdkafka_settings`` (Kafka's Java client settings in librdkafka's names).
+
+Importing it first imports ``kio`` without the Hypothesis hooks (:mod:`kio_loader`).
 """
+
+from kio_loader import import_kio_without_hypothesis
+
+import_kio_without_hypothesis()

@@ -13,8 +13,7 @@ Concurrency: one object per authentication exchange, used by one thread or task.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-
-import scramp
+from typing import Any
 
 from kafka_security.scram import MECHANISMS, ScramCredential
 
@@ -66,6 +65,15 @@ class PlainServer:
         return b""
 
 
+def _scramp() -> Any:
+    """``scramp``, imported on first SCRAM use: most processes that import this module (a
+    Spark Python worker reading over PLAINTEXT, a broker without SCRAM listeners) never need
+    it, and importing it costs tens of milliseconds at every worker's start."""
+    import scramp
+
+    return scramp
+
+
 class ScramServer:
     """SCRAM-SHA-256/512, server side: client-first -> server-first, client-final ->
     server-final."""
@@ -73,7 +81,7 @@ class ScramServer:
     def __init__(self, mechanism: str, lookup: CredentialLookup) -> None:
         self.mechanism = mechanism
         self._lookup = lookup
-        self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info)
+        self._server = _scramp().ScramMechanism(mechanism).make_server(self._auth_info)
         self._step = 0
         self._user = ""
         self.complete = False
@@ -106,7 +114,7 @@ class ScramServer:
                 return self._server.get_server_final().encode()
         except SaslAuthenticationError:
             raise
-        except (scramp.ScramException, ValueError, KeyError, IndexError, TypeError) as exc:
+        except (_scramp().ScramException, ValueError, KeyError, IndexError, TypeError) as exc:
             self.username = ""
             raise SaslAuthenticationError(
                 f"Authentication failed during authentication due to invalid credentials "
@@ -143,7 +151,7 @@ class PlainClient:
 class ScramClient:
     def __init__(self, mechanism: str, username: str, password: str) -> None:
         self.mechanism = mechanism
-        self._client = scramp.ScramClient([mechanism], username, password)
+        self._client = _scramp().ScramClient([mechanism], username, password)
         self._step = 0
         self.complete = False
 
@@ -157,7 +165,7 @@ class ScramClient:
                 self._client.set_server_first(token.decode())
                 return self._client.get_client_final().encode()
             self._client.set_server_final(token.decode())
-        except scramp.ScramException as exc:
+        except _scramp().ScramException as exc:
             raise SaslAuthenticationError(f"{self.mechanism}: {exc}") from exc
         self.complete = True
         return None

@@ -42,11 +42,18 @@ Exactly once (``docs/exactly-once.md``): ``deliveryGuarantee=exactly-once`` on a
 write, and :func:`write_batch` inside ``foreachBatch`` (any number of sinks per batch). Aggregates upserted into compacted
 topics: :func:`upsert_to` (``foreachBatch`` in update mode) and :func:`as_upserts`
 (:mod:`spark_connector.upserts`).
+
+Importing the package first imports ``kio`` without the Hypothesis hooks (:mod:`kio_loader`):
+with the test tools installed they cost every new Spark Python worker ~1.5 s and ~230 MB.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from kio_loader import import_kio_without_hypothesis
+
+import_kio_without_hypothesis()
 
 if TYPE_CHECKING:
     from spark_connector.datasource import MillraceDataSource

@@ -23,7 +23,6 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from spark_connector.exactly_once.settings import RUN_OPTION
-from spark_connector.exactly_once.sink_log import new_run_name
 from spark_connector.option_names import READ_OPTIONS, WRITE_OPTIONS, warn_unknown_options
 from spark_connector.options import bool_option, lower_keys, parse_read_options, validate_common
 
@@ -52,6 +51,9 @@ class MillraceDataSource(DataSource):
         # The driver run this instance belongs to (the exactly-once sink's zombie-driver
         # fence): Spark creates the instance that commits a streaming query's batches once per
         # run; write_batch passes its driver process's run as an option.
+        # (Imported here: a Python worker that unpickles the instance never needs it.)
+        from spark_connector.exactly_once.sink_log import new_run_name
+
         self.run = str(lower_keys(options).get(RUN_OPTION) or new_run_name())
 
     @classmethod

@@ -1,6 +1,7 @@
-"""``broker`` imports ``kio`` without the Hypothesis hooks (``broker.kio_import``): a process
-that imports the broker loads neither Hypothesis nor what it pulls in, and writes no
-``.hypothesis/`` directory, while Hypothesis stays importable. Each check runs in a fresh
+"""``broker``, ``spark_connector`` and ``kafka_security`` import ``kio`` without the Hypothesis
+hooks (``kio_loader``): a process that imports one of them (a broker, a Spark Python worker)
+loads neither Hypothesis nor what it pulls in, and writes no ``.hypothesis/`` directory, while
+Hypothesis stays importable. Each check runs in a fresh
 interpreter (the test process itself imported both long ago)."""
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def test_no_hypothesis_directory_in_the_working_directory(tmp_path: Path) -> Non
 def test_kio_imported_first_keeps_its_hooks(tmp_path: Path) -> None:
     out = _run(
         "import kio.static._phantom as phantom\n"
-        "from broker.kio_import import import_kio_without_hypothesis\n"
+        "from kio_loader import import_kio_without_hypothesis\n"
         "print(import_kio_without_hypothesis(), phantom.hypothesis is not None)\n",
         tmp_path,
     )
@@ -67,3 +68,27 @@ def test_hypothesis_imported_before_the_broker_is_restored(tmp_path: Path) -> No
         tmp_path,
     )
     assert out == "True True"
+
+
+@pytest.mark.parametrize(
+    "first_import",
+    [
+        # what a Spark Python worker of a format("millrace") read imports, then a request
+        "import spark_connector.reader, spark_connector.kafka.cluster",
+        # the shared security package, used by the broker, the tools and the connector
+        "import kafka_security.client_security",
+    ],
+)
+def test_the_connector_and_security_packages_do_not_load_hypothesis(
+    tmp_path: Path, first_import: str
+) -> None:
+    out = _run(
+        "import sys\n"
+        f"{first_import}\n"
+        "from kio.schema.metadata.v9.request import MetadataRequest\n"
+        "import kio.static._phantom as phantom\n"
+        "print(phantom.hypothesis is None, 'hypothesis' in sys.modules)\n",
+        tmp_path,
+    )
+    assert out == "True False"
+    assert not (tmp_path / ".hypothesis").exists()
