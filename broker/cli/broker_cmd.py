@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import resource
 import signal
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from broker import gc_policy
 from broker.cli.common import fail
 
 _PROG = "millrace broker"
+
+logger = logging.getLogger(__name__)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -48,11 +51,37 @@ async def _refresh_gc() -> None:
         gc_policy.refresh()
 
 
+def nofile_soft_target(soft: int, hard: int) -> int | None:
+    """The soft open-file limit to raise ``soft`` to: the hard limit, or None to leave it
+    (already there, or no finite hard limit to raise it to)."""
+    if resource.RLIM_INFINITY in (hard, soft) or soft >= hard:
+        return None
+    return hard
+
+
+def raise_nofile_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit, as the JVM does for Kafka
+    (HotSpot's ``-XX:+MaxFDLimit``): every partition holds its active ``.log`` open. Never
+    fails: the broker runs with the limit it has."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = nofile_soft_target(soft, hard)
+        if target is None:
+            logger.debug("open-file limit %d (hard %d)", soft, hard)
+            return
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError) as exc:
+        logger.debug("open-file limit %d left as is (raising to %d: %s)", soft, target, exc)
+        return
+    logger.debug("open-file limit raised from %d to %d", soft, target)
+
+
 def run(args: argparse.Namespace) -> int:
     from broker.config import BrokerConfig, parse_set_options, read_properties
     from broker.config_def import ConfigError
     from broker.server import Broker
 
+    raise_nofile_limit()
     path = Path(args.config)
     if not path.is_file():
         return fail(_PROG, f"config file {path} not found", code=2)

@@ -22,6 +22,15 @@ go up), rebuilds both indexes exactly as appends would have built them, and trun
 at the first batch that is torn or corrupt. It is how the loader treats segments written after
 the last flush, and segments whose indexes fail their sanity check.
 
+File descriptors. Every segment holds its ``.log`` open (reads and ``sendfile`` use it). The
+offset and time indexes of the active segment hold a descriptor only from the first entry
+appended to them since the segment was created or opened (``recover`` lets go of the
+descriptors its rebuild used) until the segment rolls or closes; before that their files
+exist on disk, exact and preallocated, but are not held open
+(:class:`~broker.log.index.IndexFile`). The ``.txnindex`` is opened per append only. So an
+idle partition holds one descriptor, like Kafka's (whose mmapped indexes hold none), and
+10,000 idle partitions fit a 20,000-descriptor limit.
+
 Deletion renames every file to ``<name>.deleted``; the log deletes the files later (Kafka's
 ``file.delete.delay.ms``), so a fetch that still holds the open ``.log`` file can finish.
 
@@ -344,10 +353,10 @@ class LogSegment:
         each batch whose epoch is above the last one recorded there (for the leader epoch
         cache).
         """
+        self.offset_index.reset()  # the entries of a half-loaded index go before reopening
         self.offset_index.open_for_append(max_index_size)
-        self.offset_index.reset()
-        self.time_index.open_for_append(max_index_size)
         self.time_index.reset()
+        self.time_index.open_for_append(max_index_size)
         self.txn_index.reset()  # rebuilt from the markers by the producer-state replay
         self.active = True
         self.max_timestamp = NO_TIMESTAMP
@@ -420,6 +429,8 @@ class LogSegment:
                 reason,
             )
             os.ftruncate(self._fd, pos)
+        self.offset_index.release_fd()  # the rebuild wrote them; an idle log holds no index fd
+        self.time_index.release_fd()
         self.size = pos
         self.next_offset = expected if pos else self.base_offset
         self.bytes_since_last_index_entry = pos - last_entry_pos

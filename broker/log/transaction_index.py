@@ -20,8 +20,14 @@ The index is rebuilt from the log by recovery (every marker below the recovery p
 replayed), so a missing or torn file is repaired rather than trusted: a trailing partial
 entry is cut off when the index is opened.
 
+File descriptors: none is held. An append opens the file, writes its entry and closes it
+again (aborted transactions are rare next to appends, and a segment's index is appended to
+after its segment rolled, when recovery replays the markers), so neither an active nor a
+rolled segment holds a descriptor for its ``.txnindex``; ``flush`` opens the file by name.
+
 Concurrency: not thread-safe; a segment's index is used from the broker's event loop (and
-from recovery before the log is shared). ``flush`` does an fsync.
+from recovery before the log is shared), except ``flush``, which may run in a worker thread
+(it touches only the file by name and the dirty flag).
 """
 
 from __future__ import annotations
@@ -65,13 +71,13 @@ class TransactionIndex:
     """The aborted transactions of one segment, in ``last_offset`` order.
 
     The entries are kept in memory (an index holds one entry per aborted transaction of its
-    segment) and appended to the file as they come; the file is created on the first append.
+    segment) and appended to the file as they come, through a descriptor opened for that
+    append only; the file is created on the first append.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._entries: list[AbortedTxn] = []
-        self._fd: int | None = None
         self._dirty = False
         self._load()
 
@@ -134,9 +140,14 @@ class TransactionIndex:
                 f"{self.path}: appending an entry ending at {entry.last_offset}, not after "
                 f"{self.last_offset}"
             )
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.write(self._fd, entry.encode())
+        data = entry.encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            written = os.write(fd, data)
+            while written < len(data):
+                written += os.write(fd, data[written:])
+        finally:
+            os.close(fd)
         self._entries.append(entry)
         self._dirty = True
 
@@ -159,20 +170,26 @@ class TransactionIndex:
             self.path.unlink()
 
     def flush(self) -> None:
-        if self._dirty and self._fd is not None:
-            os.fsync(self._fd)
-        elif self._dirty and self.path.exists():
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        """fsync the file if it changed (by name; a missing file is fine). The flag is
+        cleared before the fsync, so an append made meanwhile is flushed next time."""
+        if not self._dirty:
+            return
         self._dirty = False
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        except OSError:
+            self._dirty = True
+            raise
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Nothing to release (no descriptor is held between appends); kept so a segment
+        closes its three indexes alike."""
 
     def rename(self, target: Path) -> None:
         """Move the file (``.deleted``, ``.swap``); a missing file stays missing."""
