@@ -10,7 +10,7 @@ Concurrency: one context per request, used on the event loop thread.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.metrics.recorder import NOOP_RECORDER, Recorder
 from broker.protocol.framing import RequestHeader
@@ -19,7 +19,6 @@ from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from broker.api.forwarding import RequestSender
     from broker.clock import Clock
     from broker.config import BrokerConfig
     from broker.controller.controller import Controller
@@ -35,6 +34,13 @@ if TYPE_CHECKING:
     from broker.replication.replica_manager import ReplicaManager
     from broker.security.authorizer import AclAuthorizer
     from broker.security.credentials import CredentialCache
+
+
+class RequestSender(Protocol):
+    """Sends one request to another broker by id (``network.broker_pool.BrokerPool``): how
+    controller-bound admin requests are forwarded (:mod:`broker.api.forwarding`)."""
+
+    async def request(self, target: int, api_key: int, api_version: int, body: Any) -> Any: ...
 
 
 @dataclass(slots=True)

@@ -20,24 +20,18 @@ Concurrency: event loop only.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from broker.protocol.api_keys import ApiKey
 
 if TYPE_CHECKING:
     from broker.api.context import RequestContext
 
-__all__ = ["FORWARDING_CLIENT_SUFFIX", "RequestSender", "forward_to_controller"]
+__all__ = ["FORWARDING_CLIENT_SUFFIX", "forward_to_controller"]
 
 log = logging.getLogger(__name__)
 
 FORWARDING_CLIENT_SUFFIX = "-forwarding"
-
-
-class RequestSender(Protocol):
-    """Sends one request to another broker by id (``network.broker_pool.BrokerPool``)."""
-
-    async def request(self, target: int, api_key: int, api_version: int, body: Any) -> Any: ...
 
 
 async def forward_to_controller(ctx: RequestContext, api_key: ApiKey, request: Any) -> Any | None:

@@ -40,7 +40,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from broker.cli.common import CliError, add_connection_options, admin_client, guard
+from broker.cli.client_settings import admin_client
+from broker.cli.common import CliError, add_connection_options, guard
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AclBinding, AdminClient

@@ -9,6 +9,9 @@ A ``--command-config`` file is a Java ``.properties`` file under Kafka's Java na
 (``sasl.username``, ``sasl.password``, ``ssl.ca.location`` ...), or a mix. Each command gets
 them in the form it needs:
 
+* :func:`client_config`: the whole librdkafka configuration of a CLI client (bootstrap
+  servers, logging, the settings) and :func:`admin_client`, confluent-kafka's
+  ``AdminClient`` built from it;
 * :func:`librdkafka_config`: librdkafka's names for confluent-kafka
   (:func:`kafka_security.librdkafka_settings.librdkafka_settings`), checked once by
   building a client that connects nowhere, so an unknown or invalid setting fails with
@@ -32,14 +35,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker.cli.common import CliError, bootstrap_servers, parse_bootstrap, read_properties_file
 
 if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
+
     from kafka_security.client_security import ClientSecurity
 
 _CACHE = "_millrace_client_settings"
@@ -111,6 +117,30 @@ def settings_of(args: argparse.Namespace) -> ClientSettings:
             raise CliError(str(exc)) from None
     setattr(args, _CACHE, found)
     return found
+
+
+def client_config(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The base librdkafka configuration for a CLI client: bootstrap servers, quiet logging
+    unless ``--log-level`` is DEBUG or INFO, then the client settings
+    (:func:`librdkafka_config`: ``--command-config``, else ``--dir``'s ``client_config``) and
+    ``extra``."""
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers(args)}
+    level = str(getattr(args, "log_level", "WARNING")).upper()
+    if level in ("DEBUG", "INFO"):
+        conf["logger"] = logging.getLogger("millrace.librdkafka")
+    else:
+        conf["log_level"] = 0  # errors are reported by the command itself
+    conf.update(librdkafka_config(args))
+    if extra:
+        conf.update(extra)
+    return conf
+
+
+def admin_client(args: argparse.Namespace) -> AdminClient:
+    """confluent-kafka's ``AdminClient`` configured by the connection options."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(client_config(args))
 
 
 def librdkafka_config(args: argparse.Namespace) -> dict[str, str]:

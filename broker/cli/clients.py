@@ -6,7 +6,7 @@ a run.
 Options, with the names of Kafka's console and perf tools: ``--producer-property K=V``
 (repeatable), ``--producer-props K=V ...`` (perf), ``--producer.config FILE``;
 ``--consumer-property K=V`` (repeatable), ``--consumer.config FILE``. A producer's settings,
-later ones winning: ``broker.cli.common.client_config``'s (bootstrap, logging,
+later ones winning: ``broker.cli.client_settings.client_config``'s (bootstrap, logging,
 ``--command-config``), ``message.timeout.ms=60000``, ``--producer.config``,
 ``--compression-codec``/``--request-required-acks``, ``--producer-props``,
 ``--producer-property``. A consumer's: ``client_config``'s, the tool's (group, offset
@@ -22,13 +22,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from broker.cli.common import (
-    CliError,
-    client_config,
-    kafka_error_text,
-    parse_key_values,
-    read_properties_file,
-)
+from broker.cli.client_settings import client_config
+from broker.cli.common import CliError, kafka_error_text, parse_key_values, read_properties_file
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError, Producer

@@ -12,10 +12,10 @@ Connection options (Kafka's tool names), defined once in :func:`add_connection_o
 ``--dir D``'s ``cluster.json`` (written by ``millrace cluster up``), else
 ``$MILLRACE_BOOTSTRAP``, else ``127.0.0.1:9092`` (:func:`resolve_bootstrap`);
 ``--command-config FILE`` (client settings in a ``.properties`` file, Kafka's Java names or
-librdkafka's; without it, ``--dir``'s ``cluster.json`` ``client_config``:
-:mod:`broker.cli.client_settings`); ``--timeout SECONDS`` (default 30) for the admin
-commands. :func:`client_config` turns them into a librdkafka configuration and
-:func:`admin_client` into confluent-kafka's ``AdminClient``.
+librdkafka's; without it, ``--dir``'s ``cluster.json`` ``client_config``); ``--timeout
+SECONDS`` (default 30) for the admin commands. :mod:`broker.cli.client_settings` turns them
+into a librdkafka configuration (``client_config``) and confluent-kafka's ``AdminClient``
+(``admin_client``); it builds on this module, never the other way round.
 
 Nothing here imports confluent-kafka at module level (``millrace --help`` stays fast).
 Everything is synchronous and runs in the command's one thread.
@@ -26,17 +26,12 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import logging
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from confluent_kafka.admin import AdminClient
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "MILLRACE_BOOTSTRAP"
@@ -184,32 +179,6 @@ def parse_bootstrap(text: str) -> list[tuple[str, int]]:
 def bootstrap_servers(args: argparse.Namespace) -> str:
     """:func:`resolve_bootstrap` of the parsed connection options."""
     return resolve_bootstrap(getattr(args, "bootstrap_server", None), getattr(args, "dir", None))
-
-
-def client_config(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The base librdkafka configuration for a CLI client: bootstrap servers, quiet logging
-    unless ``--log-level`` is DEBUG or INFO, then the client settings
-    (:mod:`broker.cli.client_settings`: ``--command-config``, else ``--dir``'s
-    ``client_config``) and ``extra``."""
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap_servers(args)}
-    level = str(getattr(args, "log_level", "WARNING")).upper()
-    if level in ("DEBUG", "INFO"):
-        conf["logger"] = logging.getLogger("millrace.librdkafka")
-    else:
-        conf["log_level"] = 0  # errors are reported by the command itself
-    from broker.cli.client_settings import librdkafka_config
-
-    conf.update(librdkafka_config(args))
-    if extra:
-        conf.update(extra)
-    return conf
-
-
-def admin_client(args: argparse.Namespace) -> AdminClient:
-    """confluent-kafka's ``AdminClient`` configured by the connection options."""
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient(client_config(args))
 
 
 # --- argument helpers ----------------------------------------------------------------------

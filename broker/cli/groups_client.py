@@ -13,7 +13,8 @@ import argparse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from broker.cli.common import MISSING, CliError, admin_client, client_config, kafka_error_text
+from broker.cli.client_settings import admin_client, client_config
+from broker.cli.common import MISSING, CliError, kafka_error_text
 from broker.cli.groups_output import GroupView, MemberView, state_name
 from broker.types import TopicPartition
 

@@ -24,13 +24,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker.cli.client_settings import wire_security
+from broker.cli.client_settings import client_config, wire_security
 from broker.cli.common import (
     CliError,
     Column,
     add_connection_options,
     bootstrap_servers,
-    client_config,
     format_table,
     guard,
     positive_int,

@@ -35,10 +35,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from broker.cli.client_settings import admin_client
 from broker.cli.common import (
     CliError,
     add_connection_options,
-    admin_client,
     fail,
     guard,
     ids_text,

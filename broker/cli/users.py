@@ -30,10 +30,10 @@ import re
 import sys
 from dataclasses import dataclass
 
+from broker.cli.client_settings import admin_client
 from broker.cli.common import (
     CliError,
     add_connection_options,
-    admin_client,
     guard,
     kafka_error_code,
     kafka_error_text,

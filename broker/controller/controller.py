@@ -115,13 +115,12 @@ from broker.controller.topic_admin import (
     TopicExistsError,
     assign_replicas,
     validate_assignment,
-    validate_configs,
     validate_topic_name,
 )
 from broker.controller.topic_deletion import TopicDeletionManager
 from broker.controller.zk_interface import ControllerMovedError, ZkOperations
 from broker.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
-from broker.metadata.topic_configs import TopicConfigManager
+from broker.metadata.topic_configs import TopicConfigManager, validate_configs
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.inter_broker_protocol import parse_ibp
 from broker.security.listener_security import inter_broker_listener

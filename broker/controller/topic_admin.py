@@ -1,5 +1,7 @@
 """Topic administration rules as pure functions: legal names, replica assignment, request
-validation. The controller applies them; they are unit-tested without ZooKeeper.
+validation. The controller applies them; they are unit-tested without ZooKeeper. (The rule
+for topic config overrides, ``validate_configs``, lives a floor down, in
+:mod:`broker.metadata.topic_configs`, since every broker applies it to AlterConfigs.)
 
 Replica assignment follows Kafka's ``AdminUtils.assignReplicasToBrokers``. Rack-unaware: the
 first replica of partition ``p`` is broker ``(p + start) % n`` of the sorted live brokers, and
@@ -19,9 +21,7 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 
-from broker.config_def import ConfigError
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.topic_config import parse_topic_overrides
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -52,10 +52,6 @@ class InvalidReplicaAssignmentError(KafkaError):
     code = ErrorCode.invalid_replica_assignment
 
 
-class InvalidConfigError(KafkaError):
-    code = ErrorCode.invalid_config
-
-
 class RackAwareAssignmentError(KafkaError):
     """Some brokers have a rack and some do not (Kafka's AdminOperationException, which a
     CreateTopics response reports as UNKNOWN_SERVER_ERROR)."""
@@ -77,16 +73,6 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopicError(
             f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_', '-'"
         )
-
-
-def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
-    """Validate topic config overrides; a null value means "use the default"."""
-    clean = {k: v for k, v in configs.items() if v is not None}
-    try:
-        parse_topic_overrides(clean)
-    except ConfigError as exc:
-        raise InvalidConfigError(str(exc)) from exc
-    return clean
 
 
 # The most partitions one CreateTopics / CreatePartitions may ask for (KRaft Kafka's

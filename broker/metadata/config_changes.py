@@ -9,6 +9,11 @@ Subclasses say what to load (:meth:`ConfigChangeFollower.load_all`) and what an 
 means to them (:meth:`ConfigChangeFollower.changed`): the SCRAM credential cache and the
 client quotas.
 
+ZooKeeper is reached through :class:`ConfigChangeSource`, the two operations a follower needs
+(the ZooKeeper client, ``broker.controller.zk_client.ZkClient``, and the tests' fake have
+them); a subclass names the client type it reads its entities with
+(``ConfigChangeFollower[ZkClient]``), so this floor never imports the controller's.
+
 Concurrency: runs on the broker's event loop; one task per follower handles the
 notifications (a burst is processed once, in order); a failure is logged and the next
 notification retries.
@@ -19,27 +24,58 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from broker.controller.zk_client import ZkClient
-    from broker.controller.zk_interface import WatchHandle
+__all__ = ["ConfigChange", "ConfigChangeFollower", "ConfigChangeSource", "Watch"]
 
 log = logging.getLogger(__name__)
 
 
-class ConfigChangeFollower:
-    """Loads entity configs and follows their change notifications (subclass it)."""
+class Watch(Protocol):
+    """A registered watch (``WatchHandle``): cancelling it stops the callbacks."""
+
+    def cancel(self) -> None: ...
+
+
+class ConfigChange(Protocol):
+    """One ``/config/changes/config_change_<seq>`` notification."""
+
+    @property
+    def entity_path(self) -> str:
+        """``topics/t``, ``users/alice``, ``clients/c1``, ..."""
+        ...
+
+
+class ConfigChangeSource(Protocol):
+    """The ZooKeeper operations that following ``/config/changes`` needs."""
+
+    async def watch_config_changes(self, callback: Callable[[list[str]], None]) -> Watch:
+        """Call ``callback`` on the loop with the notification names, now and on every
+        change."""
+        ...
+
+    async def get_config_change(self, name: str) -> ConfigChange | None:
+        """The notification ``name`` (None: gone)."""
+        ...
+
+
+SourceT = TypeVar("SourceT", bound=ConfigChangeSource)
+
+
+class ConfigChangeFollower(Generic[SourceT]):
+    """Loads entity configs and follows their change notifications (subclass it; ``SourceT``
+    is the ZooKeeper client type the subclass reads its entities with)."""
 
     name = "config-changes"
 
-    def __init__(self, zk: ZkClient) -> None:
+    def __init__(self, zk: SourceT) -> None:
         self._zk = zk
         self._seen: set[str] | None = None
         self._latest: list[str] | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._watch: WatchHandle | None = None
+        self._watch: Watch | None = None
 
     async def load_all(self) -> None:
         """Read every entity this follower keeps."""

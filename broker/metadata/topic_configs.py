@@ -20,7 +20,14 @@ the topic's overrides on top (:meth:`TopicConfigManager.log_config_for`).
 Concurrency: event loop only. Notifications are processed by one task that :meth:`start`
 creates and :meth:`stop` cancels; a burst of notifications is coalesced (the worker always
 handles the newest list of change znodes, skipping the names it has already handled).
-ZooKeeper is reached only through :class:`~broker.controller.zk_interface.ZkOperations`.
+Validation (:func:`validate_configs`, the rule the controller's CreateTopics applies too):
+every override must parse as the topic config it names (:mod:`broker.topic_config`); a null
+value means "use the default" and is dropped. A failure is :class:`InvalidConfigError`
+(INVALID_CONFIG), naming the property.
+
+ZooKeeper is reached only through :class:`TopicConfigStore`, the operations this manager
+needs (``broker.controller.zk_interface.ZkOperations`` has them), so this floor never
+imports the controller's.
 """
 
 from __future__ import annotations
@@ -29,15 +36,21 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from broker.config import BrokerConfig
 from broker.config_def import ConfigError
-from broker.controller.topic_admin import validate_configs
-from broker.topic_config import LogConfig
+from broker.metadata.config_changes import ConfigChangeSource
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.topic_config import LogConfig, parse_topic_overrides
 
-if TYPE_CHECKING:
-    from broker.controller.zk_interface import ZkOperations
+__all__ = [
+    "ConfigListener",
+    "InvalidConfigError",
+    "TopicConfigManager",
+    "TopicConfigStore",
+    "TopicDefaults",
+    "validate_configs",
+]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +59,41 @@ TOPIC_ENTITY_PREFIX = "topics/"
 
 ConfigListener = Callable[[str, LogConfig], None]
 """Called with (topic, new effective config) after a topic's overrides changed."""
+
+
+class InvalidConfigError(KafkaError):
+    """A topic config override that does not parse (INVALID_CONFIG)."""
+
+    code = ErrorCode.invalid_config
+
+
+def validate_configs(configs: dict[str, str | None]) -> dict[str, str]:
+    """Validate topic config overrides; a null value means "use the default"."""
+    clean = {k: v for k, v in configs.items() if v is not None}
+    try:
+        parse_topic_overrides(clean)
+    except ConfigError as exc:
+        raise InvalidConfigError(str(exc)) from exc
+    return clean
+
+
+class TopicDefaults(Protocol):
+    """The broker's topic defaults (``BrokerConfig``: the ``log.*`` properties)."""
+
+    def default_log_config(self) -> LogConfig: ...
+
+
+class TopicConfigStore(ConfigChangeSource, Protocol):
+    """Where topic overrides are kept: ``/config/topics/<topic>`` and ``/config/changes``."""
+
+    async def get_all_topics(self) -> list[str]: ...
+
+    async def get_topic_config(self, name: str) -> dict[str, str]:
+        """The topic's overrides (empty: none)."""
+        ...
+
+    async def set_topic_config(self, name: str, config: Mapping[str, str]) -> None:
+        """Write the topic's overrides and a change notification naming it."""
 
 
 class TopicConfigManager:
@@ -58,7 +106,7 @@ class TopicConfigManager:
     :meth:`stop`.
     """
 
-    def __init__(self, zk: ZkOperations, config: BrokerConfig) -> None:
+    def __init__(self, zk: TopicConfigStore, config: TopicDefaults) -> None:
         self._zk = zk
         self._config = config
         self._overrides: dict[str, dict[str, str]] = {}
@@ -125,7 +173,7 @@ class TopicConfigManager:
     ) -> None:
         """Replace a topic's overrides (AlterConfigs). Any broker may do this (as ZooKeeper-mode
         Kafka): the znode write publishes a ``/config/changes`` notification every broker
-        follows. Raises :class:`~broker.controller.topic_admin.InvalidConfigError`."""
+        follows. Raises :class:`InvalidConfigError`."""
         clean = validate_configs(dict(overrides))
         if validate_only:
             return

@@ -24,12 +24,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from broker.controller.state_machines import PartitionState
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from broker.metrics.broker_view import BrokerView
 
 __all__ = ["collect"]
 
 
-async def collect(broker: Broker) -> list[Metric]:
+async def collect(broker: BrokerView) -> list[Metric]:
     controller = broker.controller
     active = controller is not None and controller.is_active
     offline = partitions = topics = imbalance = 0

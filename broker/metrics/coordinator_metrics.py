@@ -75,8 +75,8 @@ from broker.protocol.errors import ErrorCode
 from broker.types import TopicPartition
 
 if TYPE_CHECKING:
+    from broker.metrics.broker_view import BrokerView
     from broker.replication.partition import Partition
-    from broker.server import Broker
 
 __all__ = [
     "END_OFFSET_TTL_S",
@@ -261,10 +261,10 @@ def list_offsets_request(tps: Sequence[TopicPartition]) -> Any:
 
 
 # one cache per broker (a process runs one broker; tests may run several)
-_END_OFFSETS: weakref.WeakKeyDictionary[Broker, EndOffsets] = weakref.WeakKeyDictionary()
+_END_OFFSETS: weakref.WeakKeyDictionary[BrokerView, EndOffsets] = weakref.WeakKeyDictionary()
 
 
-def _end_offsets_of(broker: Broker) -> EndOffsets | None:
+def _end_offsets_of(broker: BrokerView) -> EndOffsets | None:
     found = _END_OFFSETS.get(broker)
     if found is not None:
         return found
@@ -283,7 +283,7 @@ def _end_offsets_of(broker: Broker) -> EndOffsets | None:
     return found
 
 
-async def collect(broker: Broker) -> list[Metric]:
+async def collect(broker: BrokerView) -> list[Metric]:
     """Every family of this module for ``broker`` (see the module docstring)."""
     families: list[Metric] = []
     gc = broker.group_coordinator

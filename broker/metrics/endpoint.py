@@ -29,7 +29,7 @@ from broker.config_def import ConfigError
 from broker.metrics.registry import BrokerCollector, StateCollector
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from broker.metrics.broker_view import BrokerView
 
 __all__ = ["MetricsEndpoint", "metrics_url"]
 
@@ -49,7 +49,7 @@ class MetricsEndpoint:
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerView,
         host: str,
         port: int,
         *,

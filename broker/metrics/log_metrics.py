@@ -48,14 +48,14 @@ from broker.log.log import Log
 from broker.types import TopicPartition
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from broker.metrics.broker_view import BrokerView
 
 __all__ = ["cleaner_families", "collect", "log_families"]
 
 _PARTITION_LABELS = ["topic", "partition"]
 
 
-async def collect(broker: Broker) -> list[Metric]:
+async def collect(broker: BrokerView) -> list[Metric]:
     """Every family of this module for ``broker`` (see the module docstring)."""
     families: list[Metric] = []
     if broker.log_manager is not None:

@@ -36,18 +36,17 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 from broker.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from broker.replication.results import FetchResult
+from broker.types import TopicPartition
 
 __all__ = [
     "LATENCY_BUCKETS_MS",
     "NOOP_RECORDER",
+    "FetchedPartition",
     "LatencyHistogram",
     "MetricsRecorder",
     "Recorder",
@@ -166,6 +165,22 @@ class _RequestStats:
         self.latency = LatencyHistogram()
 
 
+class FetchedPartition(Protocol):
+    """What is counted of one partition a fetch read (the replica manager's ``FetchResult``):
+    the recorder stays a leaf that the request path's floors can use."""
+
+    @property
+    def tp(self) -> TopicPartition: ...
+
+    @property
+    def error(self) -> ErrorCode: ...
+
+    @property
+    def size(self) -> int:
+        """Record bytes read."""
+        ...
+
+
 class Recorder:
     """The null recorder: the interface of :class:`MetricsRecorder`, recording nothing
     (``metrics.http.listener`` unset)."""
@@ -178,7 +193,7 @@ class Recorder:
     def produce_failed(self, topic: str, error: ErrorCode, nbytes: int) -> None:
         """An append to ``topic`` of ``nbytes`` failed with ``error``."""
 
-    def fetched(self, results: Iterable[FetchResult], *, follower: bool) -> None:
+    def fetched(self, results: Iterable[FetchedPartition], *, follower: bool) -> None:
         """A fetch read these partitions (``follower``: a replica's fetch)."""
 
     def replicated_in(self, nbytes: int) -> None:
@@ -225,7 +240,7 @@ class MetricsRecorder(Recorder):
                 c.failed_produce_requests += 1
             c.bytes_rejected += rejected
 
-    def fetched(self, results: Iterable[FetchResult], *, follower: bool) -> None:
+    def fetched(self, results: Iterable[FetchedPartition], *, follower: bool) -> None:
         all_topics = self.all_topics
         for r in results:
             c = self._topic(r.tp.topic)

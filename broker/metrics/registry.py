@@ -11,7 +11,8 @@ awaits every *state collector* of :data:`STATE_COLLECTORS` on the loop, so each 
 consistent state (between two steps of the loop) and returns prometheus_client metric
 families (``CounterMetricFamily``, ``GaugeMetricFamily``, ``HistogramMetricFamily``).
 
-A state collector is ``async def collect(broker: Broker) -> list[Metric]``, one per module
+A state collector is ``async def collect(broker: BrokerView) -> list[Metric]``
+(:class:`~broker.metrics.broker_view.BrokerView`: the attributes it may read), one per module
 of this package (``server_metrics``, ``replica_metrics``, ``controller_metrics``,
 ``log_metrics``, ``coordinator_metrics``). Each runs with
 the time left of the scrape's budget; one that raises or overruns is logged, counted in
@@ -47,13 +48,13 @@ from broker.metrics import (
 )
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from broker.metrics.broker_view import BrokerView
 
 __all__ = ["STATE_COLLECTORS", "BrokerCollector", "StateCollector"]
 
 log = logging.getLogger(__name__)
 
-StateCollector = Callable[["Broker"], Awaitable[list[Metric]]]
+StateCollector = Callable[["BrokerView"], Awaitable[list[Metric]]]
 """``async def collect(broker) -> list[Metric]``: figures read on the event loop."""
 
 STATE_COLLECTORS: list[StateCollector] = [
@@ -79,7 +80,7 @@ class BrokerCollector(Collector):
 
     def __init__(
         self,
-        broker: Broker,
+        broker: BrokerView,
         loop: asyncio.AbstractEventLoop,
         *,
         collectors: list[StateCollector] | None = None,

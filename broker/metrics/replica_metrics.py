@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from broker.metrics.broker_view import BrokerView
 
 __all__ = ["DELAYED_OPERATIONS", "collect"]
 
@@ -37,7 +37,7 @@ def _kind(key: Hashable) -> str:
     return "Produce" if isinstance(key, tuple) and key and key[0] == "hw" else "Fetch"
 
 
-async def collect(broker: Broker) -> list[Metric]:
+async def collect(broker: BrokerView) -> list[Metric]:
     rm = broker.replica_manager
     if rm is None:  # still starting: nothing hosted yet
         return []

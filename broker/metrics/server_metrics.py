@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from broker.server import Broker
+    from broker.metrics.broker_view import BrokerView
 
 __all__ = ["SESSION_STATES", "collect"]
 
@@ -40,7 +40,7 @@ _SESSION_STATE_OF = {
 }
 
 
-async def collect(broker: Broker) -> list[Metric]:
+async def collect(broker: BrokerView) -> list[Metric]:
     out = list(broker.metrics.families())
     out.append(
         GaugeMetricFamily(

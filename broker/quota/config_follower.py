@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["QuotaConfigFollower"]
 
 
-class QuotaConfigFollower(ConfigChangeFollower):
+class QuotaConfigFollower(ConfigChangeFollower["ZkClient"]):
     """Loads the quota configs and follows their change notifications."""
 
     name = "quota-config-changes"

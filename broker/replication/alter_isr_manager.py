@@ -13,6 +13,10 @@ replaced it) is dropped; a write the znode's version rejects clears ``pending_is
 controller's next LeaderAndIsr tells what happened. Without a callback (unit tests) a
 proposal is committed at once.
 
+It sees the replica manager only as an :class:`IsrHost`: the partitions it leads (read, never
+edited), the broker and controller epochs it writes with, and the two things to do once an
+ISR is committed (count the change, wake the waiters on the high watermark).
+
 Concurrency: event loop thread only; the replica manager starts and cancels the writer task
 (:meth:`AlterIsrManager.run`).
 """
@@ -21,16 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from broker.types import TopicPartition
 
 if TYPE_CHECKING:
     from broker.replication.partition import Partition
-    from broker.replication.replica_manager import ReplicaManager
 
-__all__ = ["AlterIsr", "AlterIsrManager"]
+__all__ = ["AlterIsr", "AlterIsrManager", "IsrHost"]
 
 log = logging.getLogger(__name__)
 
@@ -39,35 +42,59 @@ AlterIsr = Callable[[TopicPartition, int, int, tuple[int, ...], int, int], Await
 when the znode changed under us (the controller's next LeaderAndIsr tells what happened)."""
 
 
+class IsrHost(Protocol):
+    """What the ISR writer needs of the replica manager."""
+
+    @property
+    def partitions(self) -> Mapping[TopicPartition, Partition]:
+        """The hosted partitions (read only: a proposal for one that left is dropped)."""
+        ...
+
+    @property
+    def broker_id(self) -> int: ...
+
+    @property
+    def controller_epoch(self) -> int:
+        """The newest controller epoch seen (each write is fenced by it)."""
+        ...
+
+    def count_isr_change(self, old: tuple[int, ...], new: tuple[int, ...]) -> None:
+        """Count a written ISR change as a shrink or an expand."""
+
+    def notify_high_watermark(self, tp: TopicPartition) -> int:
+        """Wake what waits on ``tp``'s high watermark (a new ISR may move it)."""
+        ...
+
+
 class AlterIsrManager:
     """Queues the ISR changes of the partitions this broker leads and writes them one at a
-    time, in order (see the module docstring). ``alter_isr`` is the callback (wired by the
-    broker; None commits every proposal at once).
+    time, in order (see the module docstring). ``host`` is the replica manager;
+    ``alter_isr`` is the callback (wired by the broker; None commits every proposal at once).
 
     Concurrency: event loop thread only; :meth:`run` is the one writer task.
     """
 
-    def __init__(self, replica_manager: ReplicaManager, alter_isr: AlterIsr | None) -> None:
-        self.replica_manager = replica_manager
+    def __init__(self, host: IsrHost, alter_isr: AlterIsr | None) -> None:
+        self.host = host
         self.alter_isr = alter_isr
         self._queue: asyncio.Queue[tuple[TopicPartition, int, tuple[int, ...]]] = asyncio.Queue()
 
     def propose(self, partition: Partition, isr: tuple[int, ...]) -> None:
         """Propose ``isr`` for a partition this broker leads."""
         if self.alter_isr is None:
-            self.replica_manager.count_isr_change(partition.isr, isr)
+            self.host.count_isr_change(partition.isr, isr)
             partition.commit_isr(isr, partition.zk_version)
-            self.replica_manager.notify_high_watermark(partition.tp)
+            self.host.notify_high_watermark(partition.tp)
             return
         partition.pending_isr = isr
         self._queue.put_nowait((partition.tp, partition.leader_epoch, isr))
 
     async def run(self) -> None:
         """Write the queued proposals, one at a time, until cancelled."""
-        rm = self.replica_manager
+        host = self.host
         while True:
             tp, epoch, isr = await self._queue.get()
-            partition = rm.partitions.get(tp)
+            partition = host.partitions.get(tp)
             if (
                 partition is None
                 or not partition.is_leader
@@ -78,12 +105,12 @@ class AlterIsrManager:
                 continue
             try:
                 version = await self.alter_isr(
-                    tp, rm.broker_id, epoch, isr, partition.zk_version, rm.controller_epoch
+                    tp, host.broker_id, epoch, isr, partition.zk_version, host.controller_epoch
                 )
             except Exception:
                 log.exception("%s: writing ISR %s failed", tp, list(isr))
                 version = None
-            partition = rm.partitions.get(tp)
+            partition = host.partitions.get(tp)
             if partition is None or partition.leader_epoch != epoch or not partition.is_leader:
                 continue
             if version is None:
@@ -91,6 +118,6 @@ class AlterIsrManager:
                 partition.pending_isr = None
                 continue
             log.info("%s: ISR %s -> %s", tp, list(partition.isr), list(isr))
-            rm.count_isr_change(partition.isr, isr)
+            host.count_isr_change(partition.isr, isr)
             partition.commit_isr(isr, version)
-            rm.notify_high_watermark(tp)
+            host.notify_high_watermark(tp)

@@ -27,6 +27,12 @@ DeleteRecords, LeaderAndIsr, StopReplica, ...) gets KAFKA_STORAGE_ERROR, as do t
 that were waiting on them. A LeaderAndIsr for a partition that is not new and has no log here
 is refused the same way while any directory is offline (its log may be there).
 
+Helpers: the ISR writer, the log-dir failure handler and the transaction support
+(:mod:`~broker.replication.alter_isr_manager`, :mod:`~broker.replication.log_dir_failure_handler`,
+:mod:`~broker.replication.transactions`) each see this class through a narrow protocol of
+their own (``IsrHost``, ``LogDirHost``, ``TxnHost``) and never import it; only this class
+edits ``partitions`` and ``offline_partitions``.
+
 Metrics: leader appends (records, bytes, failures) and what followers append are counted on
 ``metrics`` (:mod:`broker.metrics.recorder`, a no-op without ``metrics.http.listener``); the
 ISR changes this broker writes as leader in ``isr_shrinks`` / ``isr_expands``.
@@ -44,6 +50,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from broker.clock import Clock
@@ -116,7 +123,10 @@ class ReplicaManager:
         """Partitions whose log is in an offline log directory (Kafka's
         ``HostedPartition.Offline``): answered KAFKA_STORAGE_ERROR until the broker restarts."""
         self.log_dir_failures = LogDirFailureHandler(
-            self, log_dir_event=log_dir_event, on_all_log_dirs_offline=on_all_log_dirs_offline
+            self,
+            log_manager,
+            log_dir_event=log_dir_event,
+            on_all_log_dirs_offline=on_all_log_dirs_offline,
         )
         """Takes the partitions of failed log directories offline (KIP-112)."""
         self.purgatory = Purgatory(clock)
@@ -329,6 +339,27 @@ class ReplicaManager:
             partition.log.flush()
         self.purgatory.notify(tp)
         self.purgatory.notify(("hw", tp))
+
+    def handle_log_dir_failure(
+        self, log_dir: Path
+    ) -> tuple[list[TopicPartition], list[TopicPartition]]:
+        """Take the partitions whose log is in the offline ``log_dir`` offline (Kafka's
+        ``ReplicaManager.handleLogDirFailure``; called by :attr:`log_dir_failures`): returns
+        those that were hosted here and those whose log the log manager closed."""
+        gone = sorted(tp for tp, p in self.partitions.items() if p.log.dir.parent == log_dir)
+        epochs: dict[TopicPartition, int] = {}
+        for tp in gone:
+            self.fetchers.remove_partition(tp)
+            epochs[tp] = self.partitions.pop(tp).leader_epoch
+        closed = self.log_manager.handle_log_dir_failure(log_dir)
+        self.offline_partitions.update(gone)
+        self.offline_partitions.update(closed)
+        for tp in gone:
+            self.notify_role(tp, False, epochs[tp])
+            self.purgatory.notify(tp)
+            self.purgatory.notify(("hw", tp))
+        self.fetchers.remove_idle_fetchers()
+        return gone, closed
 
     def leaders_and_followers(self) -> tuple[list[TopicPartition], list[TopicPartition]]:
         leaders = [tp for tp, p in self.partitions.items() if p.is_leader]

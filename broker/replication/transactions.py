@@ -19,6 +19,9 @@ validated against the producer state (older producer or coordinator epochs are r
 waits for the ISR (acks=all). Marker listeners (the group coordinator, for
 ``__consumer_offsets``) learn of every marker once it is committed.
 
+It sees the replica manager only as a :class:`TxnHost`: the partitions it hosts (read
+only), the clock, and the leader's append, high-watermark and acks=all paths.
+
 Concurrency: event loop thread only; owned by the replica manager.
 """
 
@@ -27,18 +30,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from broker.log.log import AppendOrigin
 from broker.protocol import records
 from broker.protocol.control_records import ControlType, encode_marker_batch
 from broker.protocol.errors import ErrorCode, KafkaError, error_code_for
+from broker.replication.results import ProduceResult
 from broker.types import TopicPartition
 
 if TYPE_CHECKING:
-    from broker.replication.replica_manager import ProduceResult, ReplicaManager
+    from broker.clock import Clock
+    from broker.replication.partition import Partition
 
-__all__ = ["MarkerSpec", "TransactionSupport", "TxnVerifier"]
+__all__ = ["MarkerSpec", "TransactionSupport", "TxnHost", "TxnVerifier"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +67,34 @@ _RETRIABLE_VERIFY = frozenset(
 )
 
 
+class TxnHost(Protocol):
+    """What transaction support needs of the replica manager."""
+
+    @property
+    def partitions(self) -> Mapping[TopicPartition, Partition]:
+        """The hosted partitions (read only)."""
+        ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def leader_partition(self, tp: TopicPartition) -> Partition:
+        """``tp``'s partition if led here, else raises the error to answer."""
+        ...
+
+    def notify_high_watermark(self, tp: TopicPartition) -> int:
+        """Wake what waits on ``tp`` after an append."""
+        ...
+
+    async def await_acks(
+        self,
+        waiting: dict[TopicPartition, int],
+        results: dict[TopicPartition, ProduceResult],
+        timeout_ms: int,
+    ) -> None:
+        """Wait until the ISR has each partition's offset (acks=all); errors into ``results``."""
+
+
 @dataclass(frozen=True, slots=True)
 class MarkerSpec:
     """One marker to write: WriteTxnMarkers' (producer, epoch, result, coordinator epoch)
@@ -77,10 +110,8 @@ class MarkerSpec:
 class TransactionSupport:
     """Verification and markers for the partitions the replica manager leads."""
 
-    def __init__(
-        self, replica_manager: ReplicaManager, verifier: TxnVerifier | None, *, enabled: bool
-    ) -> None:
-        self._rm = replica_manager
+    def __init__(self, host: TxnHost, verifier: TxnVerifier | None, *, enabled: bool) -> None:
+        self._host = host
         self.verifier = verifier
         self.enabled = enabled
         self.marker_listeners: list[MarkerListener] = []
@@ -90,7 +121,7 @@ class TransactionSupport:
     # --- verification (KIP-890) --------------------------------------------------------------
 
     def _needs_verification(self, tp: TopicPartition, pid: int, epoch: int) -> bool:
-        partition = self._rm.partitions.get(tp)
+        partition = self._host.partitions.get(tp)
         if partition is None or not partition.is_leader:
             return False  # the append answers NOT_LEADER_OR_FOLLOWER
         if self._verified.get(tp, {}).get(pid) == epoch:
@@ -103,8 +134,6 @@ class TransactionSupport:
     ) -> dict[TopicPartition, ProduceResult]:
         """Errors for the partitions the coordinator says are not in the transaction (the
         others are left out: they may be appended)."""
-        from broker.replication.replica_manager import ProduceResult
-
         if not self.enabled or self.verifier is None:
             return {}
         producers: set[tuple[int, int]] = set()
@@ -168,17 +197,15 @@ class TransactionSupport:
         self, markers: list[MarkerSpec], timeout_ms: int
     ) -> dict[tuple[int, TopicPartition], ErrorCode]:
         """Append each marker as leader and wait for the ISR; per (producer, partition)."""
-        from broker.replication.replica_manager import ProduceResult
-
-        rm = self._rm
+        host = self._host
         out: dict[tuple[int, TopicPartition], ErrorCode] = {}
         waiting: dict[TopicPartition, int] = {}
         appended: list[MarkerSpec] = []
-        now = rm.clock.time_ms()
+        now = host.clock.time_ms()
         for spec in markers:
             key = (spec.producer_id, spec.tp)
             try:
-                partition = rm.leader_partition(spec.tp)
+                partition = host.leader_partition(spec.tp)
                 buf = bytearray(
                     encode_marker_batch(
                         ControlType.COMMIT if spec.commit else ControlType.ABORT,
@@ -203,14 +230,14 @@ class TransactionSupport:
                 verified.pop(spec.producer_id, None)
             out[key] = ErrorCode.none
             appended.append(spec)
-            rm.notify_high_watermark(spec.tp)
+            host.notify_high_watermark(spec.tp)
             if not partition.offset_is_acked(result.last_offset + 1):
                 waiting[spec.tp] = max(waiting.get(spec.tp, 0), result.last_offset + 1)
         if waiting:
             results: dict[TopicPartition, ProduceResult] = {
                 tp: ProduceResult(ErrorCode.none) for tp in waiting
             }
-            await rm.await_acks(waiting, results, timeout_ms)
+            await host.await_acks(waiting, results, timeout_ms)
             for spec in markers:
                 if spec.tp in results and out.get((spec.producer_id, spec.tp)) is ErrorCode.none:
                     out[(spec.producer_id, spec.tp)] = results[spec.tp].error

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 USERS = "users"
 
 
-class CredentialCache(ConfigChangeFollower):
+class CredentialCache(ConfigChangeFollower["ZkClient"]):
     """SCRAM credentials by (mechanism, user), kept current from ZooKeeper."""
 
     name = "user-config-changes"

@@ -1,5 +1,11 @@
 """The layering of DESIGN.md section 2, enforced on the import graph (and, for the sans-IO
-protocol layer, on the calls it makes)."""
+protocol layer, on the calls it makes).
+
+The whole-tree rules (no import cycle; the floors that must not reach up) read the graph of
+:mod:`tests.import_graph`: every import counts, deferred ones inside functions and those
+under ``if TYPE_CHECKING:`` too (a type naming a higher module is still a dependency on it;
+the way out is a ``Protocol`` in the lower module naming what it uses).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ import ast
 from pathlib import Path
 
 import pytest
+
+from tests.import_graph import find_cycles, import_graph, imports_between
 
 pytestmark = pytest.mark.unit
 
@@ -139,3 +147,103 @@ def test_the_shared_security_library_imports_neither_side() -> None:
     """``kafka_security`` (TLS, SASL, JAAS, SCRAM, client settings) serves the broker, the
     tools and the Spark connector: it depends on none of them."""
     assert _violations("kafka_security", ("broker", "spark_connector")) == []
+
+
+# --- the whole tree's import graph ------------------------------------------------------------
+
+PACKAGES = (
+    "broker",
+    "kafka_security",
+    "kio_loader",
+    "spark_connector",
+    "pyspark_millrace",
+    "jobs",
+    "bench",
+)
+"""Every package of ours whose imports are checked (tests and scripts are not)."""
+
+KNOWN_CYCLE_EDGES = {
+    ("spark_connector.upserts", "spark_connector"): (
+        "upsert_batch calls spark_connector.write_batch through the package face, whose "
+        "TYPE_CHECKING block names upserts: to go with the connector's restructuring "
+        "(issue 32, item 4), which lists its public API in one place"
+    ),
+}
+"""Imports left out of the cycle check, each with why; every one must still exist (a stale
+entry would hide the cycle if it came back)."""
+
+CLI_MODULES_USING_THE_CONNECTOR = {
+    "broker.cli.demo.spark_jobs": "`millrace demo` submits the jobs and reads their output",
+    "broker.cli.table": "`millrace table` reads an exactly-once sink's batch boundaries",
+    "broker.cli.web_console.sinks": "the console shows the sinks' batch boundaries",
+    "broker.cli.web_console.txn_source": "the console lists transactions with its wire client",
+}
+"""The ``millrace`` command (``broker/cli``) is the top floor, above the broker and the
+connector alike: these of its modules use the connector (each says why); any other module of
+``broker`` that imports the connector, and any that imports the jobs, fails."""
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph(PACKAGES)
+
+
+def test_no_import_cycle_anywhere(graph: dict[str, set[str]]) -> None:
+    assert "broker.replication.replica_manager" in graph and "bench.common" in graph
+    stale = [edge for edge in KNOWN_CYCLE_EDGES if edge[1] not in graph.get(edge[0], set())]
+    assert stale == [], f"no longer imported, remove from KNOWN_CYCLE_EDGES: {stale}"
+    checked = {
+        module: {t for t in targets if (module, t) not in KNOWN_CYCLE_EDGES}
+        for module, targets in graph.items()
+    }
+    assert [" -> ".join(cycle) for cycle in find_cycles(checked)] == []
+
+
+def test_metadata_and_coordinators_do_not_import_the_controller(
+    graph: dict[str, set[str]],
+) -> None:
+    """The metadata cache and the coordinators sit below the controller: what they need of it
+    (creating an internal topic, ZooKeeper's config znodes) is a Protocol of their own."""
+    assert (
+        imports_between(graph, ["broker.metadata", "broker.coordinator"], ["broker.controller"])
+        == []
+    )
+
+
+def test_broker_never_imports_the_connector_or_the_jobs(graph: dict[str, set[str]]) -> None:
+    spark_side = ("spark_connector", "pyspark_millrace", "jobs")
+    allowed = list(CLI_MODULES_USING_THE_CONNECTOR)
+    rest = {m: targets for m, targets in graph.items() if m not in CLI_MODULES_USING_THE_CONNECTOR}
+    assert imports_between(rest, ["broker"], spark_side) == []
+    assert imports_between(graph, allowed, ["pyspark_millrace", "jobs"]) == []
+    stale = [m for m in allowed if not imports_between(graph, [m], ["spark_connector"])]
+    assert stale == [], f"no longer import the connector, remove them from the list: {stale}"
+
+
+def test_the_graph_counts_every_kind_of_import(tmp_path: Path) -> None:
+    """Deferred and TYPE_CHECKING imports are edges; a compiled module (known by its stub)
+    named with ``from pkg import`` is not ``pkg/__init__.py``; a name taken from a package's
+    ``__init__`` is an edge to it; cycles are reported one per group of modules."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import A\n"
+    )
+    (pkg / "a.py").write_text("def f():\n    from pkg import _native\n    import pkg\n")
+    (pkg / "_native.pyi").write_text("def g() -> int: ...\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.sub.c import C\n"
+    )
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "c.py").write_text("from ..b import B\nfrom pkg.sub import nothing\n")
+    graph = import_graph(["pkg"], tmp_path)
+    assert graph == {
+        "pkg": {"pkg.a"},
+        "pkg.a": {"pkg"},
+        "pkg.b": {"pkg.sub.c"},
+        "pkg.sub": set(),
+        "pkg.sub.c": {"pkg.b", "pkg.sub"},
+    }
+    assert find_cycles(graph) == [["pkg", "pkg.a", "pkg"], ["pkg.b", "pkg.sub.c", "pkg.b"]]
+    assert find_cycles({"x": {"y"}, "y": set()}) == []
+    assert imports_between(graph, ["pkg.sub"], ["pkg.b"]) == ["pkg.sub.c imports pkg.b"]

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker.cli.common import CliError, client_config, kafka_error_text
+from broker.cli.client_settings import client_config
+from broker.cli.common import CliError, kafka_error_text
 from broker.types import TopicPartition
 
 if TYPE_CHECKING:

@@ -46,7 +46,7 @@ from broker.types import TopicPartition
 if TYPE_CHECKING:
     from broker.clock import Clock
     from broker.config import BrokerConfig
-    from broker.controller.controller import Controller
+    from broker.coordinator.transaction.transaction_state_manager import TopicCreator
     from broker.metadata.cache import MetadataCache
     from broker.replication.replica_manager import ReplicaManager
 
@@ -85,7 +85,7 @@ class GroupMetadataManager:
         clock: Clock,
         metadata: MetadataCache,
         replica_manager: ReplicaManager,
-        controller: Controller,
+        controller: TopicCreator,
     ) -> None:
         self.config = config
         self.clock = clock

@@ -14,12 +14,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from broker.cli import common
+from broker.cli.client_settings import admin_client, client_config
 from broker.cli.common import (
     CliError,
     Column,
     add_connection_options,
-    client_config,
     fail,
     format_table,
     guard,
@@ -178,7 +177,7 @@ def test_admin_client_uses_the_connection_options(monkeypatch: pytest.MonkeyPatc
 
     seen: list[dict[str, Any]] = []
     monkeypatch.setattr(confluent_kafka.admin, "AdminClient", seen.append)
-    common.admin_client(argparse.Namespace(bootstrap_server="h:9", dir=None))
+    admin_client(argparse.Namespace(bootstrap_server="h:9", dir=None))
     assert seen and seen[0]["bootstrap.servers"] == "h:9"
 
 

@@ -59,16 +59,6 @@ def test_legal_topic_names(name: str) -> None:
     ta.validate_topic_name(name)
 
 
-def test_config_validation_names_the_property() -> None:
-    with pytest.raises(ta.InvalidConfigError, match="retention.ms"):
-        ta.validate_configs({"retention.ms": "soon"})
-    with pytest.raises(ta.InvalidConfigError, match="no.such.config"):
-        ta.validate_configs({"no.such.config": "1"})
-    assert ta.validate_configs({"cleanup.policy": "compact", "segment.ms": None}) == {
-        "cleanup.policy": "compact"
-    }
-
-
 def test_manual_assignment_validation() -> None:
     ta.validate_assignment({0: [1, 2], 1: [2, 1]}, [1, 2])
     with pytest.raises(ta.InvalidReplicaAssignmentError):

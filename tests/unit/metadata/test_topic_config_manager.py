@@ -11,8 +11,7 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.controller import znodes
-from broker.controller.topic_admin import InvalidConfigError
-from broker.metadata.topic_configs import TopicConfigManager
+from broker.metadata.topic_configs import InvalidConfigError, TopicConfigManager, validate_configs
 from broker.topic_config import LogConfig
 from tests.fakes.zookeeper import FakeZooKeeper
 
@@ -95,3 +94,13 @@ def test_set_overrides_writes_notifies_and_other_brokers_follow() -> None:
             await m.stop()
 
     asyncio.run(body())
+
+
+def test_config_validation_names_the_property() -> None:
+    with pytest.raises(InvalidConfigError, match="retention.ms"):
+        validate_configs({"retention.ms": "soon"})
+    with pytest.raises(InvalidConfigError, match="no.such.config"):
+        validate_configs({"no.such.config": "1"})
+    assert validate_configs({"cleanup.policy": "compact", "segment.ms": None}) == {
+        "cleanup.policy": "compact"
+    }
