@@ -68,8 +68,7 @@ from broker.api import (
 )
 from broker.api.context import BrokerServices, RequestContext
 from broker.api.forwarding import FORWARDING_CLIENT_SUFFIX
-from broker.metrics.recorder import Recorder
-from broker.protocol import list_offsets_codec, registry
+from broker.protocol import list_offsets_codec, produce_codec, registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import (
@@ -82,6 +81,7 @@ from broker.protocol.framing import (
 from broker.protocol.response import CloseConnection, ConnectionInfo, Response
 from broker.quota.manager import ClientQuotas
 from broker.quota.request_usage import RequestUsage
+from broker.metrics.recorder import Recorder
 from broker.security.acl import Operation
 
 log = logging.getLogger(__name__)
@@ -166,8 +166,9 @@ THROTTLE_EXEMPT_APIS = frozenset(
 )
 
 # Requests decoded by hand instead of by kio (see each codec's docstring for why).
-FAST_DECODERS: dict[ApiKey, Callable[[int, bytes, int], Any]] = {
+FAST_DECODERS: dict[ApiKey, Callable[[int, Any, int], Any]] = {
     ApiKey.LIST_OFFSETS: list_offsets_codec.decode_request,
+    ApiKey.PRODUCE: produce_codec.decode_request,
 }
 
 
@@ -177,16 +178,19 @@ class _Route:
 
     name: str
     handler: Handler
-    decode: Callable[[int, bytes, int], Any]
+    decode: Callable[[int, Any, int], Any]
     flexible_request: bool
     flexible_response: bool
     eager: bool
     quota_exempt: bool
 
 
-def _kio_decoder(api_key: int) -> Callable[[int, bytes, int], Any]:
-    def decode(version: int, frame: bytes, pos: int) -> Any:
-        return registry.decode_request(api_key, version, frame, pos)
+def _kio_decoder(api_key: int) -> Callable[[int, Any, int], Any]:
+    def decode(version: int, frame: bytes | bytearray, pos: int) -> Any:
+        # kio reads only read-only buffers (a large frame arrives as a bytearray)
+        return registry.decode_request(
+            api_key, version, frame if type(frame) is bytes else bytes(frame), pos
+        )
 
     return decode
 
@@ -231,10 +235,10 @@ class Dispatcher:
         handler = HANDLERS[ApiKey(api_key)]
         return await handler(RequestContext(header, self._local, self.services), request)
 
-    async def __call__(self, conn: ConnectionInfo, frame: bytes) -> Response | None:
+    async def __call__(self, conn: ConnectionInfo, frame: bytes | bytearray) -> Response | None:
         session = conn.sasl
         if session is not None and session.raw:
-            return sasl.raw_token(conn, session, frame)
+            return sasl.raw_token(conn, session, bytes(frame))
         try:
             header, pos = parse_request_header(frame)
         except InvalidRequestError as exc:

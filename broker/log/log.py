@@ -273,7 +273,7 @@ class Log(LogRetention):
     @storage_operation("appending to")
     def append_as_leader(
         self,
-        buf: bytearray,
+        buf: bytearray | memoryview,
         batches: list[BatchHeader],
         *,
         leader_epoch: int,

@@ -61,8 +61,15 @@ from broker.protocol.response import CloseConnection, ConnectionInfo, FileRegion
 log = logging.getLogger("broker.network.server")
 
 # A request handler takes the connection and the whole request frame and returns the
-# response, or None when no response is owed (Produce with acks=0).
-RequestHandler = Callable[[ConnectionInfo, bytes], Coroutine[Any, Any, Response | None]]
+# response, or None when no response is owed (Produce with acks=0). A frame of
+# WRITABLE_FRAME_BYTES or more is a bytearray the handler may change in place (the produce
+# path patches offsets into its record batches instead of copying them), a smaller one bytes.
+RequestHandler = Callable[
+    [ConnectionInfo, bytes | bytearray], Coroutine[Any, Any, Response | None]
+]
+
+WRITABLE_FRAME_BYTES = 64 * 1024
+"""Frames at least this large are handed over as a (writable) bytearray."""
 
 _BYTES = (bytes, bytearray, memoryview)
 
@@ -265,7 +272,17 @@ class Connection(asyncio.Protocol):
                 self._need = size
             if end - pos < self._need:
                 break
-            frame = bytes(view[pos : pos + self._need])
+            # One copy of the frame, through a view (slicing the bytearray and then bytes()
+            # would copy twice, a megabyte each for a 1 MB produce); a large frame stays a
+            # bytearray, so the produce path need not copy its records again to patch them.
+            end_of_frame = pos + self._need
+            frame: bytes | bytearray
+            if self._need >= WRITABLE_FRAME_BYTES:
+                frame = bytearray(memoryview(view)[pos:end_of_frame])
+            elif type(view) is bytes:
+                frame = view[pos:end_of_frame]
+            else:
+                frame = bytes(memoryview(view)[pos:end_of_frame])
             pos += self._need
             self._need = 0
             eager = self._start(frame, eager)
@@ -325,7 +342,7 @@ class Connection(asyncio.Protocol):
 
     # -- requests --
 
-    def _start(self, frame: bytes, eager: bool) -> bool:
+    def _start(self, frame: bytes | bytearray, eager: bool) -> bool:
         """Start the handler of one request; returns whether the next request of this batch
         may start eagerly."""
         entry = _Pending()

@@ -36,7 +36,7 @@ class RequestHeader:
     client_id: str | None
 
 
-def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= len(buf):
@@ -60,7 +60,7 @@ def write_uvarint(value: int) -> bytes:
     return bytes(out)
 
 
-def parse_request_header(buf: bytes | memoryview) -> tuple[RequestHeader, int]:
+def parse_request_header(buf: bytes | bytearray | memoryview) -> tuple[RequestHeader, int]:
     """Parse the header fields common to v1 and v2; return it and the offset after it.
 
     The caller decides from (api_key, api_version) whether tagged fields follow
@@ -81,7 +81,7 @@ def parse_request_header(buf: bytes | memoryview) -> tuple[RequestHeader, int]:
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
 
 
-def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
     count, pos = read_uvarint(buf, pos)
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos)

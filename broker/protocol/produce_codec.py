@@ -1,8 +1,21 @@
-"""Produce (key 0) responses, v3-v9, encoded by hand (sans-IO).
+"""Produce (key 0) requests and responses, v3-v9, decoded and encoded by hand (sans-IO).
 
 Why by hand: every acknowledged produce request is answered with one of these, and building
 and encoding it through kio's dataclasses cost more than decoding the request and appending
-its records. The format (Kafka's ``ProduceResponse.json``): ``responses[]``: ``name
+its records. The request is decoded by hand so that its records are not copied: kio copies
+each partition's ``records`` out of the frame into new ``bytes``, a megabyte per request of
+1 MB batches (with the allocation's page faults); here ``records`` is a read-only
+``memoryview`` of the frame.
+
+Request (Kafka's ``ProduceRequest.json``): ``transactional_id nullable string``, ``acks
+int16``, ``timeout_ms int32``, ``topic_data[]``: ``name string``, ``partition_data[]``:
+``index int32``, ``records nullable bytes``; v9 is flexible (compact arrays, strings and
+bytes, a tagged-field section after every struct and at the end). A request that does not
+parse (truncated, a length past the end, a null where none is allowed, a name that is not
+UTF-8) raises :class:`~broker.protocol.framing.InvalidRequestError`; nothing is allocated
+from a count before the bytes that back it have been read.
+
+Response (Kafka's ``ProduceResponse.json``): ``responses[]``: ``name
 string``, ``partition_responses[]``: ``index int32``, ``error_code int16``, ``base_offset
 int64``, ``log_append_time_ms int64`` (-1 unless the topic uses LogAppendTime),
 ``log_start_offset int64`` (v5+), ``record_errors[]`` (v8+: ``batch_index int32``,
@@ -15,18 +28,127 @@ Concurrency: pure functions.
 
 from __future__ import annotations
 
+import datetime
 import struct
+from dataclasses import dataclass
 from typing import NamedTuple
 
-from broker.protocol.framing import write_uvarint
+from broker.protocol.framing import (
+    InvalidRequestError,
+    read_uvarint,
+    skip_tagged_fields,
+    write_uvarint,
+)
 
-__all__ = ["PartitionResult", "encode_response"]
+__all__ = [
+    "PartitionResult",
+    "ProducePartitionData",
+    "ProduceRequest",
+    "ProduceTopicData",
+    "decode_request",
+    "encode_response",
+]
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART_V3 = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time_ms
 _PART_V5 = struct.Struct(">ihqqq")  # ... log_start_offset
+_ACKS_TIMEOUT = struct.Struct(">hi")  # acks, timeout_ms
 FLEXIBLE_FROM = 9
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePartitionData:
+    index: int
+    records: memoryview | None
+    """The partition's record batches: a view of the request's frame (read-only), or None."""
+
+
+class ProduceTopicData(NamedTuple):
+    name: str
+    partition_data: tuple[ProducePartitionData, ...]
+
+
+class ProduceRequest(NamedTuple):
+    """A decoded request (the field names and types of kio's, so handlers read either)."""
+
+    transactional_id: str | None
+    acks: int
+    timeout: datetime.timedelta
+    topic_data: tuple[ProduceTopicData, ...]
+
+
+def _length(buf: bytes, pos: int, flexible: bool, wide: bool) -> tuple[int, int]:
+    """A length or count: compact (unsigned varint of n + 1, 0 = null: -1) when flexible,
+    else int32 (``wide``) or int16; -1 stands for null."""
+    if flexible:
+        n, pos = read_uvarint(buf, pos)
+        return n - 1, pos
+    if wide:
+        (n,) = _I32.unpack_from(buf, pos)
+        return n, pos + 4
+    (n,) = _I16.unpack_from(buf, pos)
+    return n, pos + 2
+
+
+def _string(buf: bytes, pos: int, flexible: bool, nullable: bool) -> tuple[str | None, int]:
+    n, pos = _length(buf, pos, flexible, wide=False)
+    if n < 0:
+        if n == -1 and nullable:
+            return None, pos
+        raise InvalidRequestError("null or negative string length")
+    end = pos + n
+    if end > len(buf):
+        raise InvalidRequestError("string runs past the end of the request")
+    return bytes(buf[pos:end]).decode("utf-8"), end
+
+
+def _count(buf: bytes, pos: int, flexible: bool) -> tuple[int, int]:
+    n, pos = _length(buf, pos, flexible, wide=True)
+    if n < 0:
+        raise InvalidRequestError("null or negative array length")
+    return n, pos
+
+
+def decode_request(version: int, buf: bytes, pos: int) -> ProduceRequest:
+    """Decode a Produce request body starting at ``pos`` (after the header); ``records`` are
+    views of ``buf``, which must stay unchanged while they are used."""
+    flexible = version >= FLEXIBLE_FROM
+    view = memoryview(buf)
+    try:
+        transactional_id, pos = _string(buf, pos, flexible, nullable=True)
+        acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, pos)
+        pos += _ACKS_TIMEOUT.size
+        topics: list[ProduceTopicData] = []
+        n_topics, pos = _count(buf, pos, flexible)
+        for _ in range(n_topics):
+            name, pos = _string(buf, pos, flexible, nullable=False)
+            parts: list[ProducePartitionData] = []
+            n_parts, pos = _count(buf, pos, flexible)
+            for _ in range(n_parts):
+                (index,) = _I32.unpack_from(buf, pos)
+                n, pos = _length(buf, pos + 4, flexible, wide=True)
+                records: memoryview | None = None
+                if n >= 0:
+                    if pos + n > len(buf):
+                        raise InvalidRequestError("records run past the end of the request")
+                    records = view[pos : pos + n]
+                    pos += n
+                elif n != -1:
+                    raise InvalidRequestError("negative records length")
+                if flexible:
+                    pos = skip_tagged_fields(buf, pos)
+                parts.append(ProducePartitionData(index, records))
+            if flexible:
+                pos = skip_tagged_fields(buf, pos)
+            topics.append(ProduceTopicData(str(name), tuple(parts)))
+        if flexible:
+            pos = skip_tagged_fields(buf, pos)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(f"malformed Produce v{version}: {exc}") from exc
+    return ProduceRequest(
+        transactional_id, acks, datetime.timedelta(milliseconds=timeout_ms), tuple(topics)
+    )
 
 
 class PartitionResult(NamedTuple):

@@ -192,7 +192,7 @@ class Partition:
 
     def append_as_leader(
         self,
-        buf: bytearray,
+        buf: bytearray | memoryview,
         batches: list[BatchHeader],
         required_acks: int,
         origin: AppendOrigin = AppendOrigin.CLIENT,

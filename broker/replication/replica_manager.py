@@ -48,7 +48,7 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,6 @@ from broker.log.errors import LogDirOfflineError, OffsetOutOfRangeError
 from broker.log.log import AppendOrigin
 from broker.log.log_manager import LogManager
 from broker.log.producer_state import ProducerEntry
-from broker.metrics.recorder import NOOP_RECORDER, Recorder
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode, KafkaError, error_code_for
 from broker.replication.alter_isr_manager import AlterIsr, AlterIsrManager
@@ -71,6 +70,7 @@ from broker.replication.partition import NotLeaderError, Partition, ReadResult
 from broker.replication.purgatory import Purgatory
 from broker.replication.results import FetchRequestPartition, FetchResult, ProduceResult
 from broker.replication.transactions import TransactionSupport
+from broker.metrics.recorder import NOOP_RECORDER, Recorder
 from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
@@ -460,7 +460,7 @@ class ReplicaManager:
 
     async def append_records(
         self,
-        entries: dict[TopicPartition, bytes | None],
+        entries: Mapping[TopicPartition, bytes | memoryview | None],
         *,
         required_acks: int,
         timeout_ms: int,
@@ -486,7 +486,13 @@ class ReplicaManager:
                     raise records.CorruptRecordError("produce request carried no records")
                 cfg = partition.log.config
                 max_batch = cfg.max_message_bytes
-                buf = bytearray(data)
+                # patched in place: a writable view of the request's frame (a large produce),
+                # else a copy
+                buf = (
+                    data
+                    if isinstance(data, memoryview) and not data.readonly
+                    else bytearray(data)
+                )
                 validated = records.validate_for_append(
                     buf,
                     max_batch_bytes=max_batch,

@@ -130,7 +130,7 @@ class TransactionSupport:
         return entry is None or entry.current_txn_first_offset < 0 or entry.producer_epoch != epoch
 
     async def verify(
-        self, transactional_id: str, entries: Mapping[TopicPartition, bytes | None]
+        self, transactional_id: str, entries: Mapping[TopicPartition, bytes | memoryview | None]
     ) -> dict[TopicPartition, ProduceResult]:
         """Errors for the partitions the coordinator says are not in the transaction (the
         others are left out: they may be appended)."""

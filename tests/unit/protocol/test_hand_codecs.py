@@ -236,3 +236,110 @@ def test_produce_response_cuts_an_error_message_that_echoes_a_huge_name() -> Non
         8, [(name, [produce_codec.PartitionResult(0, 3, -1, -1, -1, f"unknown {name}")])]
     )
     assert len(body) < 32767 + 1200
+
+
+produce_requests = st.lists(
+    st.tuples(
+        names,
+        st.lists(st.tuples(i32, st.one_of(st.none(), st.binary(max_size=40))), max_size=4),
+    ),
+    max_size=3,
+)
+
+
+def _produce_body(version: int, tid: str | None, acks: int, timeout_ms: int, topics: Any) -> bytes:
+    cls = registry.request_class(ApiKey.PRODUCE, version)
+    topic_cls = registry.nested(cls, "TopicProduceData")
+    part_cls = registry.nested(cls, "PartitionProduceData")
+    return _kio_encode(
+        registry.build(
+            cls,
+            transactional_id=tid,
+            acks=acks,
+            timeout=datetime.timedelta(milliseconds=timeout_ms),
+            topic_data=tuple(
+                registry.build(
+                    topic_cls,
+                    name=name,
+                    partition_data=tuple(
+                        registry.build(part_cls, index=i, records=r) for i, r in parts
+                    ),
+                )
+                for name, parts in topics
+            ),
+        )
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    version=st.sampled_from(PRODUCE_VERSIONS),
+    tid=st.one_of(st.none(), names),
+    acks=st.sampled_from([-1, 0, 1]),
+    timeout_ms=st.integers(0, 2**31 - 1),
+    topics=produce_requests,
+)
+def test_produce_request_decodes_like_kio(
+    version: int, tid: str | None, acks: int, timeout_ms: int, topics: Any
+) -> None:
+    body = _produce_body(version, tid, acks, timeout_ms, topics)
+    ours = produce_codec.decode_request(version, body, 0)
+    theirs = registry.decode_request(ApiKey.PRODUCE, version, body, 0)
+    assert ours.transactional_id == theirs.transactional_id
+    assert ours.acks == theirs.acks
+    assert ours.timeout == theirs.timeout
+    assert [
+        (
+            t.name,
+            [(p.index, None if p.records is None else bytes(p.records)) for p in t.partition_data],
+        )
+        for t in ours.topic_data
+    ] == [(t.name, [(p.index, p.records) for p in t.partition_data]) for t in theirs.topic_data]
+
+
+def test_produce_request_records_are_views_of_the_frame_not_copies() -> None:
+    """The point of the hand decoder: a 1 MB batch is not copied out of the request; from a
+    writable frame (a large request, see broker/network/connection.py) the view is writable,
+    so the produce path patches offsets in place."""
+    records = b"r" * 100_000
+    frame = bytearray(_produce_body(9, None, -1, 30_000, [("events", [(0, records)])]))
+    request = produce_codec.decode_request(9, frame, 0)
+    view = request.topic_data[0].partition_data[0].records
+    assert isinstance(view, memoryview) and not view.readonly and view.obj is frame
+    assert bytes(view) == records
+    view[0:1] = b"X"
+    assert b"X" + records[1:] in frame
+    readonly = produce_codec.decode_request(9, bytes(frame), 0)
+    assert readonly.topic_data[0].partition_data[0].records.readonly  # type: ignore[union-attr]
+
+
+@settings(max_examples=300, deadline=None)
+@given(version=st.sampled_from(PRODUCE_VERSIONS), data=st.binary(max_size=80))
+def test_produce_garbage_raises_invalid_request(version: int, data: bytes) -> None:
+    try:
+        produce_codec.decode_request(version, data, 0)
+    except InvalidRequestError:
+        pass
+
+
+@pytest.mark.parametrize("version", PRODUCE_VERSIONS)
+def test_produce_truncated_request_raises_invalid_request(version: int) -> None:
+    body = _produce_body(version, "tx", -1, 30_000, [("events", [(0, b"r" * 30), (1, None)])])
+    for cut in range(len(body)):
+        with pytest.raises(InvalidRequestError):
+            produce_codec.decode_request(version, body[:cut], 0)
+
+
+@pytest.mark.parametrize(
+    ("version", "body", "reason"),
+    [
+        (7, b"\xff\xff\x00\x01\x00\x00\x75\x30\xff\xff\xff\xff", "null or negative array"),
+        (7, b"\xff\xff\x00\x01\x00\x00\x75\x30\x00\x00\x00\x01\xff\xff", "null or negative string"),
+        (9, b"\x00\x00\x01\x00\x00\x75\x30\x00", "null or negative array"),
+    ],
+)
+def test_produce_nulls_where_kafka_forbids_them_are_refused(
+    version: int, body: bytes, reason: str
+) -> None:
+    with pytest.raises(InvalidRequestError, match=reason):
+        produce_codec.decode_request(version, body, 0)
