@@ -68,6 +68,7 @@ from broker.api import (
 )
 from broker.api.context import BrokerServices, RequestContext
 from broker.api.forwarding import FORWARDING_CLIENT_SUFFIX
+from broker.metrics.recorder import Recorder
 from broker.protocol import list_offsets_codec, produce_codec, registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
@@ -81,7 +82,6 @@ from broker.protocol.framing import (
 from broker.protocol.response import CloseConnection, ConnectionInfo, Response
 from broker.quota.manager import ClientQuotas
 from broker.quota.request_usage import RequestUsage
-from broker.metrics.recorder import Recorder
 from broker.security.acl import Operation
 
 log = logging.getLogger(__name__)

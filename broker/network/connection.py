@@ -64,9 +64,7 @@ log = logging.getLogger("broker.network.server")
 # response, or None when no response is owed (Produce with acks=0). A frame of
 # WRITABLE_FRAME_BYTES or more is a bytearray the handler may change in place (the produce
 # path patches offsets into its record batches instead of copying them), a smaller one bytes.
-RequestHandler = Callable[
-    [ConnectionInfo, bytes | bytearray], Coroutine[Any, Any, Response | None]
-]
+RequestHandler = Callable[[ConnectionInfo, bytes | bytearray], Coroutine[Any, Any, Response | None]]
 
 WRITABLE_FRAME_BYTES = 64 * 1024
 """Frames at least this large are handed over as a (writable) bytearray."""

@@ -59,6 +59,7 @@ from broker.log.errors import LogDirOfflineError, OffsetOutOfRangeError
 from broker.log.log import AppendOrigin
 from broker.log.log_manager import LogManager
 from broker.log.producer_state import ProducerEntry
+from broker.metrics.recorder import NOOP_RECORDER, Recorder
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode, KafkaError, error_code_for
 from broker.replication.alter_isr_manager import AlterIsr, AlterIsrManager
@@ -70,7 +71,6 @@ from broker.replication.partition import NotLeaderError, Partition, ReadResult
 from broker.replication.purgatory import Purgatory
 from broker.replication.results import FetchRequestPartition, FetchResult, ProduceResult
 from broker.replication.transactions import TransactionSupport
-from broker.metrics.recorder import NOOP_RECORDER, Recorder
 from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
@@ -489,9 +489,7 @@ class ReplicaManager:
                 # patched in place: a writable view of the request's frame (a large produce),
                 # else a copy
                 buf = (
-                    data
-                    if isinstance(data, memoryview) and not data.readonly
-                    else bytearray(data)
+                    data if isinstance(data, memoryview) and not data.readonly else bytearray(data)
                 )
                 validated = records.validate_for_append(
                     buf,
