@@ -8,11 +8,12 @@ coordinator. The topic is created on the first FindCoordinator (replication fact
 min(``offsets.topic.replication.factor``, live brokers)).
 
 When this broker becomes leader of an offsets partition it replays the partition's log into
-memory (committed offsets and each group's last metadata); until that is done requests for
-its groups get COORDINATOR_LOAD_IN_PROGRESS. When it stops leading, the partition's groups
-are dropped and their parked requests answered with NOT_COORDINATOR, so clients look the
-coordinator up again. Requests for groups of partitions this broker does not lead get
-NOT_COORDINATOR.
+memory (committed offsets and each group's last metadata; the shared
+``broker/coordinator/partition_loader.py`` reads it and tracks elections and resignations);
+until that is done requests for its groups get COORDINATOR_LOAD_IN_PROGRESS. When it stops
+leading, the partition's groups are dropped and their parked requests answered with
+NOT_COORDINATOR, so clients look the coordinator up again. Requests for groups of partitions
+this broker does not lead get NOT_COORDINATOR.
 
 Membership is the pure state machine of ``group.py``. JoinGroup and SyncGroup requests that
 must wait (for the other members, for the leader's assignment) park on futures keyed by
@@ -64,6 +65,7 @@ from broker.coordinator.group.results import (
     Pending,
     SyncResult,
 )
+from broker.coordinator.partition_loader import LoadEnd, PartitionLoader
 from broker.protocol.errors import ErrorCode
 from broker.types import TopicPartition
 
@@ -107,7 +109,21 @@ class GroupCoordinator:
         self.metadata_max_bytes = int(config["offset.metadata.max.bytes"])
         self.retention_ms = int(config["offsets.retention.minutes"]) * 60_000
         self.retention_check_ms = int(config["offsets.retention.check.interval.ms"])
-        self._partitions: dict[int, OffsetsPartition] = {}
+        self._loader: PartitionLoader[OffsetsPartition, persistence.LoadedPartition] = (
+            PartitionLoader(
+                OFFSETS_TOPIC,
+                replica_manager,
+                new_state=OffsetsPartition,
+                new_loaded=persistence.LoadedPartition,
+                apply=persistence.apply_records,
+                on_loaded=self._on_loaded,
+                on_unloaded=self._on_unloaded,
+                spawn=self._spawn,
+                load_end=LoadEnd.HIGH_WATERMARK,
+                task_name="load-offsets",
+            )
+        )
+        self._partitions = self._loader.partitions  # the loader's: partition -> state
         self._joins: dict[tuple[str, str], asyncio.Future[JoinResult]] = {}
         self._syncs: dict[tuple[str, str], asyncio.Future[SyncResult]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -124,8 +140,7 @@ class GroupCoordinator:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
-        for p in list(self._partitions):
-            self._unload(p)
+        self._loader.unload_all()
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -135,24 +150,13 @@ class GroupCoordinator:
     # --- leadership of offsets partitions (called by the replica manager) ------------------
 
     def on_role_change(self, tp: TopicPartition, is_leader: bool, leader_epoch: int) -> None:
-        if tp.topic != OFFSETS_TOPIC:
-            return
-        current = self._partitions.get(tp.partition)
-        if is_leader:
-            if current is not None and current.leader_epoch == leader_epoch:
-                return
-            if current is not None:
-                self._unload(tp.partition)
-            state = OffsetsPartition(tp.partition, leader_epoch)
-            self._partitions[tp.partition] = state
-            self._spawn(self._load(state), f"load-offsets-{tp.partition}")
-        elif current is not None:
-            self._unload(tp.partition)
+        """Elections and resignations of ``__consumer_offsets`` partitions: loading and
+        unloading are the loader's (``partition_loader.py``)."""
+        self._loader.on_role_change(tp, is_leader, leader_epoch)
 
-    async def _load(self, state: OffsetsPartition) -> None:
-        loaded = await self.group_manager.load(state)
-        if loaded is None or self._partitions.get(state.partition) is not state:
-            return  # not hosted here, or unloaded meanwhile
+    def _on_loaded(self, state: OffsetsPartition, loaded: persistence.LoadedPartition) -> None:
+        """Install a replayed partition: its committed and pending offsets, and its groups
+        (the loader then marks it loaded)."""
         now = self.clock.time_ms()
         state.offsets = loaded.offsets
         state.pending = loaded.pending
@@ -171,7 +175,6 @@ class GroupCoordinator:
                 )
             except Exception:
                 log.exception("cannot load group %s", group_id)
-        state.loaded = True
         log.info(
             "loaded %s-%d: %d groups, offsets of %d groups, from %d records",
             OFFSETS_TOPIC,
@@ -181,10 +184,10 @@ class GroupCoordinator:
             loaded.records,
         )
 
-    def _unload(self, partition: int) -> None:
-        state = self._partitions.pop(partition, None)
-        if state is None:
-            return
+    def _on_unloaded(self, state: OffsetsPartition) -> None:
+        """``state``'s partition is no longer this broker's: its groups' parked requests are
+        answered with NOT_COORDINATOR."""
+        partition = state.partition
         now = self.clock.time_ms()
         for group in state.groups.values():
             self._deliver(group.group_id, group.unload(now))
@@ -215,12 +218,7 @@ class GroupCoordinator:
     def _partition_of(self, group_id: str) -> tuple[ErrorCode, OffsetsPartition | None]:
         if not group_id:
             return ErrorCode.invalid_group_id, None
-        state = self._partitions.get(partition_for(group_id, self.num_partitions))
-        if state is None:
-            return ErrorCode.not_coordinator, None
-        if not state.loaded:
-            return ErrorCode.coordinator_load_in_progress, None
-        return ErrorCode.none, state
+        return self._loader.route(partition_for(group_id, self.num_partitions))
 
     def _deliver(self, group_id: str, completions: Completions) -> None:
         for member_id, join in completions.joins.items():
@@ -438,7 +436,7 @@ class GroupCoordinator:
             code = await self.group_manager.append(
                 state, persistence.offset_commit_batch(group_id, values, now)
             )
-            if code == ErrorCode.none and self._partitions.get(state.partition) is state:
+            if code == ErrorCode.none and self._loader.is_current(state):
                 cache = state.offsets.setdefault(group_id, {})
                 for tp, value in values.items():
                     if value is not None:
@@ -488,7 +486,7 @@ class GroupCoordinator:
                 producer_epoch=producer_epoch,
             )
             code = await self.group_manager.append(state, blob, transactional=True)
-            if code == ErrorCode.none and self._partitions.get(state.partition) is state:
+            if code == ErrorCode.none and self._loader.is_current(state):
                 state.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(values)
             for tp in values:
                 results[tp] = code
@@ -598,7 +596,7 @@ class GroupCoordinator:
     def loaded_partitions(self) -> list[OffsetsPartition]:
         """The ``__consumer_offsets`` partitions this broker leads and has loaded (their groups
         and committed offsets; read-only, for the metrics)."""
-        return [state for state in self._partitions.values() if state.loaded]
+        return self._loader.loaded_states()
 
     def list_groups(self, states: list[str] | None) -> tuple[ErrorCode, list[GroupOverview]]:
         out: list[GroupOverview] = []

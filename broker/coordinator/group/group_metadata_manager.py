@@ -1,17 +1,16 @@
 """The group coordinator's ``__consumer_offsets`` (the storage side of Kafka's
-``GroupMetadataManager``): creating the topic, reading a partition back, and appending offset
-commits and group metadata to it. Record formats are ``offsets_topic.py``'s and batches
-``persistence.py``'s.
+``GroupMetadataManager``): creating the topic and appending offset commits and group
+metadata to it. Record formats are ``offsets_topic.py``'s and batches ``persistence.py``'s.
 
 Creating: the first FindCoordinator creates the topic through the controller (so its configs
 hold whichever broker creates it): ``cleanup.policy=compact``, ``compression.type=producer``,
 ``segment.bytes`` from ``offsets.topic.segment.bytes``, replication factor
 min(``offsets.topic.replication.factor``, live brokers).
 
-Loading: when this broker becomes leader of a partition, :meth:`GroupMetadataManager.load`
-waits (up to 30 s, while it stays leader) until the high watermark covers the log end, so
-that what earlier leaders committed is included, then replays the partition from its log start
-to the high watermark.
+Loading is the shared ``broker/coordinator/partition_loader.py``'s: when this broker becomes
+leader of a partition, it waits (up to 30 s, while it stays leader) until the high watermark
+covers the log end, so that what earlier leaders committed is included, then replays the
+partition from its log start to the high watermark (``LoadEnd.HIGH_WATERMARK``).
 
 Writing: every append is acks=all with ``offsets.commit.timeout.ms``; a transactional commit
 is the coordinator's own write (Kafka's ``AppendOrigin.COORDINATOR``), so the producer's
@@ -29,7 +28,6 @@ Concurrency: event loop thread only.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,15 +53,15 @@ __all__ = ["OFFSETS_TOPIC", "GroupMetadataManager", "OffsetsPartition"]
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
-LOAD_CHUNK_BYTES = 1024 * 1024
 
 
 @dataclass(slots=True)
 class OffsetsPartition:
-    """One ``__consumer_offsets`` partition this broker leads."""
+    """One ``__consumer_offsets`` partition this broker leads, at ``coordinator_epoch`` (the
+    partition's leader epoch, as Kafka's ``GroupCoordinator.onElection`` calls it)."""
 
     partition: int
-    leader_epoch: int
+    coordinator_epoch: int
     loaded: bool = False
     groups: dict[str, Group] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, OffsetValue]] = field(default_factory=dict)
@@ -72,8 +70,8 @@ class OffsetsPartition:
 
 
 class GroupMetadataManager:
-    """Creates ``__consumer_offsets``, reads its partitions back and appends to them (see the
-    module docstring for the format and the error mapping).
+    """Creates ``__consumer_offsets`` and appends to it (see the module docstring for the
+    format and the error mapping).
 
     Concurrency: event loop thread only; its only state is whether a topic creation is in
     flight.
@@ -116,28 +114,6 @@ class GroupMetadataManager:
             log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
         finally:
             self._creating = False
-
-    async def load(self, state: OffsetsPartition) -> persistence.LoadedPartition | None:
-        """Replay ``state``'s partition up to its high watermark (None if this broker has no
-        such partition)."""
-        tp = TopicPartition(OFFSETS_TOPIC, state.partition)
-        partition = self.replica_manager.partitions.get(tp)
-        if partition is None:
-            return None
-        # wait until this leader's high watermark covers what earlier leaders committed
-        for _ in range(600):
-            if partition.high_watermark >= partition.log.log_end_offset or not partition.is_leader:
-                break
-            await asyncio.sleep(0.05)
-        end = partition.high_watermark
-
-        def read(offset: int) -> tuple[bytes, int] | None:
-            data = partition.log.read(offset, LOAD_CHUNK_BYTES, max_offset=end, min_one_batch=True)
-            if data is None or data.size == 0:
-                return None
-            return data.read_bytes(), data.last_offset + 1
-
-        return persistence.load_partition(read, partition.log.log_start_offset, end)
 
     async def append(
         self, state: OffsetsPartition, blob: bytes, *, transactional: bool = False

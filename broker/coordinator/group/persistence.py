@@ -17,13 +17,14 @@ transactional commits wait for their producer's marker, and those still without 
 end stay pending. Records of key versions this broker does not know (written by newer Kafka
 versions) are skipped, as Kafka does.
 
-Pure functions over bytes and a reader callable; no asyncio.
+Reading the partition is ``broker/coordinator/partition_loader.py``'s; it hands the batches to
+:func:`apply_records`. Pure functions over bytes; no asyncio.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from broker.coordinator.group.offsets_topic import (
@@ -166,21 +167,3 @@ def apply_records(loaded: LoadedPartition, blobs: Iterable[bytes]) -> None:
                 elif isinstance(value, GroupMetadataValue):
                     loaded.groups[key.group] = value
                     loaded.removed_groups.discard(key.group)
-
-
-def load_partition(
-    read: Callable[[int], tuple[bytes, int] | None], start: int, end: int
-) -> LoadedPartition:
-    """Replay ``[start, end)`` with ``read(offset) -> (whole batches, next offset)``."""
-    loaded = LoadedPartition()
-    offset = start
-    while offset < end:
-        chunk = read(offset)
-        if chunk is None:
-            break
-        blob, next_offset = chunk
-        if next_offset <= offset:
-            break
-        apply_records(loaded, [blob])
-        offset = next_offset
-    return loaded

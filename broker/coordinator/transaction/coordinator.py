@@ -10,10 +10,11 @@ transactional id (replication factor min(``transaction.state.log.replication.fac
 brokers), ``min.insync.replicas`` min(``transaction.state.log.min.isr``, that factor)).
 
 When this broker becomes leader of a ``__transaction_state`` partition it replays it into
-memory (COORDINATOR_LOAD_IN_PROGRESS meanwhile) and finishes what was in flight: a
-transaction found in PrepareCommit / PrepareAbort gets its markers written and is completed.
-When it stops leading, the partition's transactions are dropped (requests get
-NOT_COORDINATOR and clients look the coordinator up again).
+memory (COORDINATOR_LOAD_IN_PROGRESS meanwhile; the shared
+``broker/coordinator/partition_loader.py`` reads it and tracks elections and resignations)
+and finishes what was in flight: a transaction found in PrepareCommit / PrepareAbort gets its
+markers written and is completed. When it stops leading, the partition's transactions are
+dropped (requests get NOT_COORDINATOR and clients look the coordinator up again).
 
 Every state change follows the two phases of ``state.py``: prepare (the metadata is pending,
 so a concurrent request gets CONCURRENT_TRANSACTIONS), append the new state to
@@ -48,6 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from broker.coordinator.message_codec import partition_for
+from broker.coordinator.partition_loader import LoadEnd, PartitionLoader
 from broker.coordinator.transaction import persistence
 from broker.coordinator.transaction.markers import PendingMarkers, TransactionMarkerChannel
 from broker.coordinator.transaction.state import (
@@ -154,7 +156,21 @@ class TransactionCoordinator:
         self.expire_interval_ms = int(
             config["transaction.remove.expired.transaction.cleanup.interval.ms"]
         )
-        self._partitions: dict[int, TxnPartition] = {}
+        self._loader: PartitionLoader[TxnPartition, persistence.LoadedTransactions] = (
+            PartitionLoader(
+                TRANSACTION_STATE_TOPIC,
+                replica_manager,
+                new_state=TxnPartition,
+                new_loaded=persistence.LoadedTransactions,
+                apply=persistence.apply_records,
+                on_loaded=self._on_loaded,
+                on_unloaded=self._on_unloaded,
+                spawn=self._spawn,
+                load_end=LoadEnd.LOG_END,
+                task_name="load-txn-state",
+            )
+        )
+        self._partitions = self._loader.partitions  # the loader's: partition -> state
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -181,24 +197,14 @@ class TransactionCoordinator:
     # --- leadership of __transaction_state partitions -------------------------------------
 
     def on_role_change(self, tp: TopicPartition, is_leader: bool, leader_epoch: int) -> None:
-        if tp.topic != TRANSACTION_STATE_TOPIC:
-            return
-        current = self._partitions.get(tp.partition)
-        if is_leader:
-            if current is not None and current.coordinator_epoch == leader_epoch:
-                return
-            if current is not None:
-                self._unload(tp.partition)
-            state = TxnPartition(tp.partition, leader_epoch)
-            self._partitions[tp.partition] = state
-            self._spawn(self._load(state), f"load-txn-state-{tp.partition}")
-        elif current is not None:
-            self._unload(tp.partition)
+        """Elections and resignations of ``__transaction_state`` partitions: loading and
+        unloading are the loader's (``partition_loader.py``)."""
+        self._loader.on_role_change(tp, is_leader, leader_epoch)
 
-    async def _load(self, state: TxnPartition) -> None:
-        loaded = self.state_manager.load(state)
-        if loaded is None or self._partitions.get(state.partition) is not state:
-            return  # not hosted here, or unloaded meanwhile
+    def _on_loaded(self, state: TxnPartition, loaded: persistence.LoadedTransactions) -> None:
+        """Install a replayed partition's transactional ids and finish the transactions it
+        left in PrepareCommit / PrepareAbort (the loader then marks it loaded; no await
+        between the two, so nothing sees it half done)."""
         now = self.clock.time_ms()
         resend: list[TransactionMetadata] = []
         for txn_id, value in loaded.values.items():
@@ -209,7 +215,6 @@ class TransactionCoordinator:
             state.transactions[txn_id] = meta
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 resend.append(meta)
-        state.loaded = True
         log.info(
             "loaded %s-%d at coordinator epoch %d: %d transactional ids from %d records, "
             "%d transactions to complete",
@@ -229,22 +234,20 @@ class TransactionCoordinator:
             transit = meta.prepare_complete(now)
             self._send_markers(state, meta, result, transit)
 
-    def _unload(self, partition: int) -> None:
-        state = self._partitions.pop(partition, None)
-        if state is not None:
-            log.info(
-                "resigned as transaction coordinator of %s-%d (epoch %d)",
-                TRANSACTION_STATE_TOPIC,
-                partition,
-                state.coordinator_epoch,
-            )
-        self.markers.remove_partition(partition)
+    def _on_unloaded(self, state: TxnPartition) -> None:
+        """``state``'s partition is no longer this broker's: its pending markers are dropped."""
+        log.info(
+            "resigned as transaction coordinator of %s-%d (epoch %d)",
+            TRANSACTION_STATE_TOPIC,
+            state.partition,
+            state.coordinator_epoch,
+        )
+        self.markers.remove_partition(state.partition)
 
     def _current(self, state: TxnPartition, meta: TransactionMetadata) -> bool:
         """Still the coordinator of ``meta`` at the epoch it was read under."""
         return (
-            self._partitions.get(state.partition) is state
-            and state.transactions.get(meta.transactional_id) is meta
+            self._loader.is_current(state) and state.transactions.get(meta.transactional_id) is meta
         )
 
     # --- FindCoordinator ----------------------------------------------------------------
@@ -268,12 +271,7 @@ class TransactionCoordinator:
     # --- routing --------------------------------------------------------------------------
 
     def _partition_of(self, transactional_id: str) -> tuple[ErrorCode, TxnPartition | None]:
-        state = self._partitions.get(self.partition_for(transactional_id))
-        if state is None:
-            return ErrorCode.not_coordinator, None
-        if not state.loaded:
-            return ErrorCode.coordinator_load_in_progress, None
-        return ErrorCode.none, state
+        return self._loader.route(self.partition_for(transactional_id))
 
     # --- writing __transaction_state ----------------------------------------------------------
 
@@ -680,7 +678,7 @@ class TransactionCoordinator:
     def loaded_partitions(self) -> list[TxnPartition]:
         """The ``__transaction_state`` partitions this broker leads and has loaded (their
         transactional ids; read-only, for the metrics)."""
-        return [state for state in self._partitions.values() if state.loaded]
+        return self._loader.loaded_states()
 
     def list_transactions(
         self,

@@ -10,13 +10,14 @@ coordinator replays the partition from its log start to its end: later records w
 tombstones delete. Records of key versions Kafka 3.9 does not know are skipped, as Kafka
 does; a malformed value is skipped with a warning.
 
-Pure functions over bytes and a reader callable; no asyncio.
+Reading the partition is ``broker/coordinator/partition_loader.py``'s; it hands the batches to
+:func:`apply_records`. Pure functions over bytes; no asyncio.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from broker.coordinator.transaction.state import TransactionMetadata, TxnTransit
@@ -34,7 +35,6 @@ from broker.protocol import records
 __all__ = [
     "LoadedTransactions",
     "apply_records",
-    "load_partition",
     "metadata_from_value",
     "tombstone_batch",
     "transit_batch",
@@ -126,21 +126,3 @@ def apply_records(loaded: LoadedTransactions, blobs: Iterable[bytes]) -> None:
                     loaded.values.pop(transactional_id, None)
                 else:
                     loaded.values[transactional_id] = value
-
-
-def load_partition(
-    read: Callable[[int], tuple[bytes, int] | None], start: int, end: int
-) -> LoadedTransactions:
-    """Replay ``[start, end)`` with ``read(offset) -> (whole batches, next offset)``."""
-    loaded = LoadedTransactions()
-    offset = start
-    while offset < end:
-        chunk = read(offset)
-        if chunk is None:
-            break
-        blob, next_offset = chunk
-        if next_offset <= offset:
-            break
-        apply_records(loaded, [blob])
-        offset = next_offset
-    return loaded

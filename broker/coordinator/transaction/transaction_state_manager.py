@@ -1,7 +1,6 @@
 """The transaction coordinator's ``__transaction_state`` (the storage side of Kafka's
-``TransactionStateManager``): creating the topic, reading a partition back, and appending
-state changes to it. Record formats are ``transaction_log.py``'s and batches
-``persistence.py``'s.
+``TransactionStateManager``): creating the topic and appending state changes to it. Record
+formats are ``transaction_log.py``'s and batches ``persistence.py``'s.
 
 Creating: the first FindCoordinator for a transactional id creates the topic through the
 controller: ``cleanup.policy=compact``, ``compression.type=uncompressed``,
@@ -10,8 +9,9 @@ controller: ``cleanup.policy=compact``, ``compression.type=uncompressed``,
 min(``transaction.state.log.replication.factor``, live brokers) and ``min.insync.replicas``
 min(``transaction.state.log.min.isr``, that factor).
 
-Loading: when this broker becomes leader of a partition, :meth:`TransactionStateManager.load`
-replays the leader's whole log (from its log start to its log end), as Kafka loads.
+Loading is the shared ``broker/coordinator/partition_loader.py``'s: when this broker becomes
+leader of a partition, it replays the leader's whole log (from its log start to its log end,
+``LoadEnd.LOG_END``), as Kafka loads.
 
 Writing: every append is acks=all with ``request.timeout.ms``. Append errors become the
 coordinator's: UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS(_AFTER_APPEND) and
@@ -32,7 +32,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from broker.coordinator.transaction import persistence
 from broker.coordinator.transaction.state import TransactionMetadata
 from broker.coordinator.transaction.transaction_log import TRANSACTION_STATE_TOPIC
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -46,8 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["TopicCreator", "TransactionStateManager", "TxnPartition"]
 
 log = logging.getLogger(__name__)
-
-LOAD_CHUNK_BYTES = 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -69,8 +66,8 @@ class TopicCreator(Protocol):
 
 
 class TransactionStateManager:
-    """Creates ``__transaction_state``, reads its partitions back and appends to them (see
-    the module docstring for the format and the error mapping).
+    """Creates ``__transaction_state`` and appends to it (see the module docstring for the
+    format and the error mapping).
 
     Concurrency: event loop thread only; its only state is whether a topic creation is in
     flight.
@@ -116,23 +113,6 @@ class TransactionStateManager:
                 log.warning("creating %s failed: %s", TRANSACTION_STATE_TOPIC, exc)
         finally:
             self._creating = False
-
-    def load(self, state: TxnPartition) -> persistence.LoadedTransactions | None:
-        """Replay ``state``'s partition (None if this broker has no such partition)."""
-        tp = TopicPartition(TRANSACTION_STATE_TOPIC, state.partition)
-        partition = self.replica_manager.partitions.get(tp)
-        if partition is None:
-            return None
-        plog = partition.log
-        end = plog.log_end_offset  # the leader's whole log, as Kafka loads
-
-        def read(offset: int) -> tuple[bytes, int] | None:
-            data = plog.read(offset, LOAD_CHUNK_BYTES, max_offset=end, min_one_batch=True)
-            if data is None or data.size == 0:
-                return None
-            return data.read_bytes(), data.last_offset + 1
-
-        return persistence.load_partition(read, plog.log_start_offset, end)
 
     async def append(self, state: TxnPartition, blob: bytes) -> ErrorCode:
         """Append ``blob`` (acks=all) to ``state``'s partition; the error as the coordinator
