@@ -33,7 +33,8 @@ from typing import Any
 
 from kio.serial import entity_reader
 
-from broker.protocol import registry
+from broker.protocol import fetch_response, registry
+from broker.protocol.api_keys import ApiKey
 from broker.protocol.framing import size_prefix, skip_tagged_fields
 from kafka_security.client_security import ClientSecurity, exchange_requests
 from kafka_security.sasl_mechanisms import SaslAuthenticationError, make_client
@@ -47,8 +48,18 @@ _I32 = struct.Struct(">i")
 _MAX_RESPONSE_BYTES = 2**31 - 1
 
 
+# Responses decoded by hand: the follower's Fetch, whose records kio would copy out of the
+# frame (see broker/protocol/fetch_response.py).
+_FAST_READERS: dict[tuple[int, int], Any] = {
+    (ApiKey.FETCH, 12): fetch_response.decode_response_v12,
+}
+
+
 @cache
 def _response_reader(api_key: int, api_version: int) -> Any:
+    fast = _FAST_READERS.get((api_key, api_version))
+    if fast is not None:
+        return fast
     return entity_reader(registry.response_class(api_key, api_version))
 
 

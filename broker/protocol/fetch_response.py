@@ -18,6 +18,13 @@ Layout (v4-v17; v12+ is flexible: compact arrays/strings/bytes and tagged fields
 
 v14-v17 change nothing here (the tagged ``NodeEndpoints`` of v16+ is optional and not sent).
 
+:func:`decode_response_v12` reads the v12 response a follower's fetcher gets
+(:mod:`broker.replication.fetcher`), by hand for the same reason the request side is
+written by hand: kio copies each partition's records out of the frame into new ``bytes``
+(a megabyte a partition at full speed); here ``records`` is a view of the frame. Unknown
+tagged fields are skipped (KIP-482); a response that does not parse raises
+:class:`~broker.protocol.framing.InvalidRequestError`.
+
 ``aborted_transactions`` is null unless the fetch was read_committed (a list, possibly
 empty, of the transactions aborted in the returned range: the consumer drops those
 producers' records from ``first_offset`` until it meets their abort marker).
@@ -30,12 +37,22 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from broker.protocol.errors import ErrorCode
-from broker.protocol.framing import write_uvarint
+from broker.protocol.framing import InvalidRequestError, read_uvarint, write_uvarint
 from broker.protocol.response import Chunk, FileRegion, Response
 
-__all__ = ["INVALID_SESSION_ID", "FetchPartitionData", "encode_fetch_response"]
+__all__ = [
+    "INVALID_SESSION_ID",
+    "DivergingEpoch",
+    "FetchPartitionData",
+    "FetchedPartition",
+    "FetchedResponse",
+    "FetchedTopic",
+    "decode_response_v12",
+    "encode_fetch_response",
+]
 
 _PART_HEAD = struct.Struct(">ihqq")
 _ABORTED = struct.Struct(">qq")
@@ -155,3 +172,121 @@ def encode_fetch_response(
     chunks.append(bytes(buf))
     size += len(buf)
     return Response(chunks, size)
+
+
+# --- decoding (the follower's side, v12) -------------------------------------------------
+
+
+class DivergingEpoch(NamedTuple):
+    epoch: int
+    end_offset: int
+
+
+class FetchedPartition(NamedTuple):
+    """One partition of a decoded v12 response (kio's field names, so the fetcher reads
+    either)."""
+
+    partition_index: int
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted_transactions: list[tuple[int, int]] | None
+    preferred_read_replica: int
+    records: memoryview | None
+    """A view of the response frame (read-only when the frame is bytes), or None."""
+    diverging_epoch: DivergingEpoch | None
+    """Tagged field 0 (KIP-595), None when absent."""
+
+
+class FetchedTopic(NamedTuple):
+    topic: str
+    partitions: list[FetchedPartition]
+
+
+class FetchedResponse(NamedTuple):
+    throttle_time_ms: int
+    error_code: int
+    session_id: int
+    responses: list[FetchedTopic]
+
+
+_RESPONSE_HEAD = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
+_PART_FIXED = struct.Struct(">ihqqq")  # index, error, high watermark, LSO, log start
+
+
+def _compact_length(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """A compact array/string/bytes length: -1 for null."""
+    n, pos = read_uvarint(buf, pos)
+    return n - 1, pos
+
+
+def _tagged(buf: bytes | memoryview, pos: int) -> tuple[DivergingEpoch | None, int]:
+    """Skip a tagged-field section, returning tag 0 (a partition's diverging epoch) if
+    present."""
+    count, pos = read_uvarint(buf, pos)
+    diverging = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        if pos + size > len(buf):
+            raise InvalidRequestError("tagged field runs past the end of the response")
+        if tag == 0 and size >= _DIVERGING.size:
+            diverging = DivergingEpoch(*_DIVERGING.unpack_from(buf, pos))
+        pos += size
+    return diverging, pos
+
+
+def decode_response_v12(buf: bytes, pos: int) -> tuple[FetchedResponse, int]:
+    """Decode a Fetch v12 response body at ``buf[pos:]``; returns it and the end position.
+    ``records`` are views of ``buf``."""
+    view = memoryview(buf)
+    try:
+        throttle, error, session_id = _RESPONSE_HEAD.unpack_from(buf, pos)
+        pos += _RESPONSE_HEAD.size
+        n_topics, pos = _compact_length(buf, pos)
+        if n_topics < 0:
+            raise InvalidRequestError("null responses")
+        topics: list[FetchedTopic] = []
+        for _ in range(n_topics):
+            n, pos = _compact_length(buf, pos)
+            if n < 0 or pos + n > len(buf):
+                raise InvalidRequestError("bad topic name")
+            name = bytes(view[pos : pos + n]).decode("utf-8")
+            pos += n
+            n_parts, pos = _compact_length(buf, pos)
+            if n_parts < 0:
+                raise InvalidRequestError("null partitions")
+            parts: list[FetchedPartition] = []
+            for _ in range(n_parts):
+                index, perror, hw, lso, log_start = _PART_FIXED.unpack_from(buf, pos)
+                pos += _PART_FIXED.size
+                n_aborted, pos = _compact_length(buf, pos)
+                aborted: list[tuple[int, int]] | None = None
+                if n_aborted >= 0:
+                    aborted = []
+                    for _ in range(n_aborted):
+                        aborted.append(_ABORTED.unpack_from(buf, pos))
+                        pos += _ABORTED.size
+                        _, pos = _tagged(buf, pos)
+                (preferred,) = _I32.unpack_from(buf, pos)
+                pos += 4
+                n, pos = _compact_length(buf, pos)
+                records = None
+                if n >= 0:
+                    if pos + n > len(buf):
+                        raise InvalidRequestError("records run past the end of the response")
+                    records = view[pos : pos + n]
+                    pos += n
+                diverging, pos = _tagged(buf, pos)
+                parts.append(
+                    FetchedPartition(
+                        index, perror, hw, lso, log_start, aborted, preferred, records, diverging
+                    )
+                )
+            _, pos = _tagged(buf, pos)
+            topics.append(FetchedTopic(name, parts))
+        _, pos = _tagged(buf, pos)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(f"malformed Fetch v12 response: {exc}") from exc
+    return FetchedResponse(throttle, error, session_id, topics), pos

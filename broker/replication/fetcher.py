@@ -68,7 +68,7 @@ class FollowerSink(Protocol):
         """Truncate to ``offset`` (or start an empty log at it when ``fully``)."""
 
     def append_as_follower(
-        self, tp: TopicPartition, records: bytes, leader_hw: int, leader_log_start: int
+        self, tp: TopicPartition, records: bytes | memoryview, leader_hw: int, leader_log_start: int
     ) -> None:
         """Append fetched records and update the follower high watermark."""
 
@@ -378,7 +378,7 @@ class LeaderFetcher:
                     if error == ErrorCode.none:
                         self.sink.append_as_follower(
                             tp,
-                            bytes(p.records or b""),
+                            p.records if p.records is not None else b"",
                             int(p.high_watermark),
                             int(p.log_start_offset),
                         )

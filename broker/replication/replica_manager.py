@@ -392,7 +392,11 @@ class ReplicaManager:
             partition.truncate_to(offset)
 
     def append_as_follower(
-        self, tp: TopicPartition, records_bytes: bytes, leader_hw: int, leader_log_start: int
+        self,
+        tp: TopicPartition,
+        records_bytes: bytes | memoryview,
+        leader_hw: int,
+        leader_log_start: int,
     ) -> None:
         partition = self.partitions.get(tp)
         if partition is None or partition.is_leader:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.protocol import list_offsets_codec, produce_codec, registry
+from broker.protocol import fetch_response, list_offsets_codec, produce_codec, registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import InvalidRequestError
@@ -343,3 +343,104 @@ def test_produce_nulls_where_kafka_forbids_them_are_refused(
 ) -> None:
     with pytest.raises(InvalidRequestError, match=reason):
         produce_codec.decode_request(version, body, 0)
+
+
+fetched_partitions = st.lists(
+    st.tuples(
+        i32,
+        codes,
+        i64,
+        i64,
+        i64,
+        st.one_of(st.none(), st.lists(st.tuples(i64, i64), max_size=3)),
+        st.one_of(st.none(), st.binary(max_size=40)),
+        st.one_of(st.none(), st.tuples(st.integers(0, 2**31 - 1), i64)),
+        st.booleans(),  # a current_leader tagged field the follower does not read
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    throttle=st.integers(0, 2**31 - 1),
+    error=codes,
+    session=i32,
+    topics=st.lists(st.tuples(names, fetched_partitions), max_size=3),
+)
+def test_fetch_v12_response_decodes_like_kio(
+    throttle: int, error: ErrorCode, session: int, topics: Any
+) -> None:
+    """The follower's hand decoder (fetch_response.decode_response_v12) reads what kio (and
+    so a Kafka leader) writes, unknown tagged fields skipped, records as views."""
+    cls = registry.response_class(ApiKey.FETCH, 12)
+    part_cls = registry.nested(cls, "PartitionData")
+    topic_cls = registry.nested(cls, "FetchableTopicResponse")
+    epoch_cls = registry.nested(part_cls, "EpochEndOffset")
+    leader_cls = registry.nested(part_cls, "LeaderIdAndEpoch")
+    aborted_cls = registry.nested(part_cls, "AbortedTransaction")
+
+    def part(p: Any) -> Any:
+        index, code, hw, lso, start, aborted, records, diverging, leader = p
+        extra: dict[str, Any] = {}
+        if diverging is not None:
+            extra["diverging_epoch"] = registry.build(
+                epoch_cls, epoch=diverging[0], end_offset=diverging[1]
+            )
+        if leader:
+            extra["current_leader"] = registry.build(leader_cls, leader_id=3, leader_epoch=7)
+        return registry.build(
+            part_cls,
+            partition_index=index,
+            error_code=code,
+            high_watermark=hw,
+            last_stable_offset=lso,
+            log_start_offset=start,
+            aborted_transactions=None
+            if aborted is None
+            else tuple(
+                registry.build(aborted_cls, producer_id=pid, first_offset=first)
+                for pid, first in aborted
+            ),
+            preferred_read_replica=-1,
+            records=records,
+            **extra,
+        )
+
+    body = _kio_encode(
+        registry.build(
+            cls,
+            throttle_time=datetime.timedelta(milliseconds=throttle),
+            error_code=error,
+            session_id=session,
+            responses=tuple(
+                registry.build(topic_cls, topic=name, partitions=tuple(part(p) for p in parts))
+                for name, parts in topics
+            ),
+        )
+    )
+    ours, end = fetch_response.decode_response_v12(body, 0)
+    assert end == len(body)
+    assert (ours.throttle_time_ms, ours.error_code, ours.session_id) == (throttle, error, session)
+    assert [t.topic for t in ours.responses] == [name for name, _ in topics]
+    for topic, (_, parts) in zip(ours.responses, topics, strict=True):
+        for got, p in zip(topic.partitions, parts, strict=True):
+            index, code, hw, lso, start, aborted, records, diverging, _leader = p
+            assert (got.partition_index, got.error_code, got.high_watermark) == (index, code, hw)
+            assert (got.last_stable_offset, got.log_start_offset) == (lso, start)
+            assert got.aborted_transactions == (None if aborted is None else list(aborted))
+            assert (None if got.records is None else bytes(got.records)) == records
+            assert got.diverging_epoch == (None if diverging is None else tuple(diverging))
+
+
+def test_fetch_v12_response_truncated_raises_invalid_request() -> None:
+    resp = fetch_response.encode_fetch_response(
+        12,
+        [fetch_response.FetchPartitionData("events", 0, high_watermark=5, diverging_epoch=(2, 9))],
+    )
+    body = b"".join(c for c in resp.chunks if isinstance(c, bytes))
+    decoded, _ = fetch_response.decode_response_v12(body, 0)
+    assert decoded.responses[0].partitions[0].diverging_epoch == (2, 9)
+    for cut in range(len(body)):
+        with pytest.raises(InvalidRequestError):
+            fetch_response.decode_response_v12(body[:cut], 0)
