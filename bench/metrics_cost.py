@@ -170,7 +170,7 @@ def recording_cost_us(n: int = 200_000) -> float:
     latency bucket, the topic's counters), timed in this process."""
     import time as clock
 
-    from broker.metrics.recorder import MetricsRecorder
+    from broker.request_metrics import MetricsRecorder
 
     recorder = MetricsRecorder()
     t0 = clock.perf_counter()

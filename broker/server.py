@@ -48,11 +48,9 @@ from broker.api.forwarding import FORWARDING_CLIENT_SUFFIX
 from broker.clock import SYSTEM_CLOCK, Clock
 from broker.config import BrokerConfig
 from broker.config_def import ConfigError
-from broker.controller import znodes
 from broker.controller.channel import ControllerChannel
 from broker.controller.controller import Controller, LivenessFactory
 from broker.controller.liveness import BrokerLivenessWatch
-from broker.controller.zk_client import ZkClient
 from broker.coordinator.group.coordinator import GroupCoordinator
 from broker.coordinator.group.group_metadata_manager import OFFSETS_TOPIC
 from broker.coordinator.producer_ids import ProducerIdManager
@@ -65,10 +63,9 @@ from broker.log.log_manager import LogManager
 from broker.metadata.cache import MetadataCache
 from broker.metadata.topic_configs import TopicConfigManager
 from broker.metrics.endpoint import MetricsEndpoint
-from broker.metrics.recorder import NOOP_RECORDER, MetricsRecorder, Recorder
 from broker.network.broker_pool import BrokerPool
 from broker.network.client import BrokerConnection
-from broker.network.server import KafkaServer
+from broker.network.socket_server import SocketServer
 from broker.protocol import interbroker as _interbroker
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import KafkaError
@@ -76,6 +73,7 @@ from broker.protocol.response import ConnectionInfo
 from broker.quota.config_follower import QuotaConfigFollower
 from broker.quota.manager import ClientQuotas, quota_settings
 from broker.replication.replica_manager import ReplicaManager
+from broker.request_metrics import NOOP_RECORDER, MetricsRecorder, Recorder
 from broker.security.authorizer import (
     KAFKA_AUTHORIZER_CLASSES,
     AclAuthorizer,
@@ -91,6 +89,8 @@ from broker.security.listener_security import (
 )
 from broker.security.sasl_session import SaslSession
 from broker.types import TopicPartition
+from broker.zk import znodes
+from broker.zk.client import ZkClient
 from kafka_security.client_security import ClientSecurity
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class Broker:
         self.config = config
         self.clock = clock
         self.broker_id = config.broker_id
-        self.servers: list[KafkaServer] = []
+        self.servers: list[SocketServer] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.zk: ZkClient | None = None
         self.log_manager: LogManager | None = None
@@ -250,7 +250,7 @@ class Broker:
         self.broker_pool.set_local_handler(dispatcher.handle_local)
         for listener in cfg.listeners:
             security = listener_security[listener.name]
-            server = KafkaServer(
+            server = SocketServer(
                 listener.host,
                 listener.port,
                 dispatcher,

@@ -19,7 +19,7 @@ from tests.harness.ports import free_port
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Connect string of a session-wide embedded ZooKeeper."""
-    from broker.zookeeper import EmbeddedZooKeeper
+    from broker.zk.embedded_server import EmbeddedZooKeeper
 
     zk = EmbeddedZooKeeper(free_port(), tmp_path_factory.mktemp("zookeeper"), tick_time=500)
     try:

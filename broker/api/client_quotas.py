@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.api.context import RequestContext
-from broker.controller.zk_security import ZkSecurityOps
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
@@ -46,6 +45,7 @@ from broker.quota.entities import (
     sanitize,
 )
 from broker.security.acl import Operation
+from broker.zk.security import ZkSecurityOps
 
 log = logging.getLogger(__name__)
 

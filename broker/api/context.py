@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from broker.metrics.recorder import NOOP_RECORDER, Recorder
 from broker.protocol.framing import RequestHeader
+from broker.request_metrics import NOOP_RECORDER, Recorder
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 if TYPE_CHECKING:
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from broker.clock import Clock
     from broker.config import BrokerConfig
     from broker.controller.controller import Controller
-    from broker.controller.zk_security import ZkSecurityOps
     from broker.coordinator.group.coordinator import GroupCoordinator
     from broker.coordinator.producer_ids import ProducerIdManager
     from broker.coordinator.transaction.coordinator import TransactionCoordinator
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
     from broker.replication.replica_manager import ReplicaManager
     from broker.security.authorizer import AclAuthorizer
     from broker.security.credentials import CredentialCache
+    from broker.zk.security import ZkSecurityOps
 
 
 class RequestSender(Protocol):
@@ -72,7 +72,7 @@ class BrokerServices:
     """Client quotas (``/config/users``, ``/config/clients``); None: none enforced."""
     metrics: Recorder = NOOP_RECORDER
     """Where requests, produced and fetched bytes are counted (``metrics.http.listener``;
-    :mod:`broker.metrics.recorder`)."""
+    :mod:`broker.request_metrics`)."""
 
 
 @dataclass(slots=True)

@@ -29,7 +29,7 @@ fetches, requests forwarded by a broker) and the SASL exchange before authentica
 Metrics (``metrics.http.listener`` set: ``services.metrics.enabled``): every answered
 request is counted by name and version, and its time from here to its response (a delayed
 produce's or long-poll fetch's wait included) goes into the request latency histogram
-(:mod:`broker.metrics.recorder`); without metrics, one attribute test.
+(:mod:`broker.request_metrics`); without metrics, one attribute test.
 """
 
 from __future__ import annotations
@@ -68,7 +68,6 @@ from broker.api import (
 )
 from broker.api.context import BrokerServices, RequestContext
 from broker.api.forwarding import FORWARDING_CLIENT_SUFFIX
-from broker.metrics.recorder import Recorder
 from broker.protocol import list_offsets_codec, produce_codec, registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode
@@ -82,6 +81,7 @@ from broker.protocol.framing import (
 from broker.protocol.response import CloseConnection, ConnectionInfo, Response
 from broker.quota.manager import ClientQuotas
 from broker.quota.request_usage import RequestUsage
+from broker.request_metrics import Recorder
 from broker.security.acl import Operation
 
 log = logging.getLogger(__name__)

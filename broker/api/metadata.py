@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 from broker.api.authorization import OPERATIONS_OMITTED, authorized_operations, denied
 from broker.api.context import RequestContext
 from broker.api.produce import INTERNAL_TOPICS
-from broker.controller.topic_admin import validate_topic_name
 from broker.metadata.cache import TopicInfo
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
+from broker.topic_names import validate_topic_name
 
 if TYPE_CHECKING:
     from broker.protocol import messages

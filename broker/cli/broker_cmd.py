@@ -110,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(main())
     except Exception as exc:
-        from broker.controller.zk_client import ZkError
         from broker.log.errors import KafkaStorageError
+        from broker.zk.client import ZkError
 
         if isinstance(exc, ZkError | ConfigError | OSError | KafkaStorageError):
             return fail(_PROG, str(exc))

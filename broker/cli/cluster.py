@@ -259,7 +259,7 @@ def zookeeper_nodes(info: Mapping[str, Any]) -> list[dict[str, Any]]:
     nodes = info.get("zookeepers")
     if isinstance(nodes, list) and nodes:
         return [dict(n) for n in nodes]
-    from broker.zookeeper import parse_connect_string
+    from broker.zk.embedded_server import parse_connect_string
 
     connect = str(info.get("zookeeper") or f"{HOST}:{info.get('zk_port', 2181)}")
     host, port = parse_connect_string(connect)[0]
@@ -334,7 +334,7 @@ def _node_tails(node: Mapping[str, Any]) -> str:
 
 def _node_modes(nodes: list[dict[str, Any]]) -> dict[int, str | None]:
     """{node id: ``srvr`` mode, "not serving", or None when nothing answers}."""
-    from broker.zookeeper import zookeeper_mode
+    from broker.zk.embedded_server import zookeeper_mode
 
     return {int(n["id"]): zookeeper_mode(n["host"], int(n["port"]), timeout=1.0) for n in nodes}
 
@@ -350,7 +350,7 @@ def _wait_zookeepers(
     """Until ``need`` of ``nodes`` serve (``srvr`` Mode leader/follower/standalone), or, with
     ``serving`` False, merely answer. Raises :class:`ClusterError` (with the output of the
     nodes concerned) when a process of ``procs`` exits or ``timeout`` passes."""
-    from broker.zookeeper import SERVING_MODES
+    from broker.zk.embedded_server import SERVING_MODES
 
     deadline = time.monotonic() + timeout
     while True:
@@ -385,7 +385,7 @@ def _start_zookeepers(
     nodes: list[dict[str, Any]], progress: IO[str] | None
 ) -> list[subprocess.Popen[bytes]]:
     """Start every node and wait until a quorum serves; on failure stop them all."""
-    from broker.zookeeper import quorum_size
+    from broker.zk.embedded_server import quorum_size
 
     if len(nodes) == 1:
         say(progress, f"starting ZooKeeper on {nodes[0]['host']}:{nodes[0]['port']}")
@@ -445,7 +445,7 @@ def cluster_up(
     ``cluster.json``'s content. ``security`` (ssl, sasl_plaintext, sasl_ssl) secures the
     cluster (:mod:`broker.cli.cluster_security`). On failure everything started is stopped
     and :class:`ClusterError` raised."""
-    from broker.zookeeper import port_is_free
+    from broker.zk.embedded_server import port_is_free
 
     directory = Path(directory).absolute()
     overrides = dict(overrides or {})
@@ -611,8 +611,8 @@ def cluster_status(directory: Path) -> dict[str, Any]:
     """Per broker: pid alive, registered in ZooKeeper; per ZooKeeper node: pid alive and its
     mode (leader, follower, standalone, "not serving" without a quorum, "down"); whether
     the ensemble serves (a majority of nodes does); who is controller."""
-    from broker.controller.zk_client import ZkError
-    from broker.zookeeper import SERVING_MODES, quorum_size
+    from broker.zk.client import ZkError
+    from broker.zk.embedded_server import SERVING_MODES, quorum_size
 
     directory = Path(directory).absolute()
     info = load_cluster(directory)
@@ -702,7 +702,7 @@ def start_broker(
     """Start one broker with its ``server.properties`` and wait for a fresh registration
     (after a hard kill, the new process replaces the old one's stale registration).
     Updates the pid in ``cluster.json``."""
-    from broker.zookeeper import ensemble_serving
+    from broker.zk.embedded_server import ensemble_serving
 
     directory = Path(directory).absolute()
     info = load_cluster(directory)
@@ -754,7 +754,7 @@ def start_broker(
 
 
 def _ensemble_note(nodes: list[dict[str, Any]]) -> str:
-    from broker.zookeeper import quorum_size
+    from broker.zk.embedded_server import quorum_size
 
     running = sum(1 for n in nodes if is_ours(n.get("pid"), ZOOKEEPER_MARKERS))
     need = quorum_size(len(nodes))
@@ -802,7 +802,7 @@ def start_zookeeper(
     """Start one ZooKeeper node again with its data dir. Waits until it serves when a
     majority of the nodes (this one included) then runs; otherwise (the ensemble is still
     short of a quorum) only until it answers. Updates ``cluster.json``."""
-    from broker.zookeeper import port_is_free, quorum_size
+    from broker.zk.embedded_server import port_is_free, quorum_size
 
     directory = Path(directory).absolute()
     info = load_cluster(directory)

@@ -47,7 +47,7 @@ def say(progress: IO[str] | None, text: str) -> None:
 
 def tail(path: Path, lines: int = 40) -> str:
     """The last ``lines`` lines of a process's output file, for an error message."""
-    from broker.zookeeper import tail as tail_of
+    from broker.zk.embedded_server import tail as tail_of
 
     text = tail_of(path, lines)
     return text if text else f"({path} is empty or missing)"

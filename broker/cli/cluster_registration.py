@@ -25,7 +25,7 @@ from broker.cli.cluster_process import ClusterError, pid_alive, say, tail
 
 async def _zk_snapshot(zk_connect: str, broker_ids: Sequence[int]) -> dict[str, Any]:
     """Registration epochs of ``broker_ids``, the controller and the cluster id."""
-    from broker.controller.zk_client import ZkClient
+    from broker.zk.client import ZkClient
 
     client = ZkClient(zk_connect, session_timeout_ms=10_000, connection_timeout_ms=5_000)
     await client.start()
@@ -81,7 +81,7 @@ def wait_registered(
     need_controller: bool = True,
 ) -> dict[str, Any]:
     """Until every broker in ``procs`` has a fresh registration (and a controller exists)."""
-    from broker.controller.zk_client import ZkClient
+    from broker.zk.client import ZkClient
 
     async def run() -> dict[str, Any]:
         client = ZkClient(zk_connect, session_timeout_ms=10_000, connection_timeout_ms=10_000)

@@ -146,7 +146,7 @@ def create_users(zk_connect: str, users: dict[str, str]) -> None:
     any broker starts."""
     import asyncio
 
-    from broker.controller.zk_client import ZkClient
+    from broker.zk.client import ZkClient
 
     async def write() -> None:
         zk = ZkClient(zk_connect)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from broker.cli.common import fail
 
 if TYPE_CHECKING:
-    from broker.zookeeper import QuorumServer
+    from broker.zk.embedded_server import QuorumServer
 
 _PROG = "millrace zookeeper"
 _SERVER_LINE = re.compile(r"server\.(\d+)")
@@ -138,7 +138,7 @@ def _int_prop(
 
 def run_start(args: argparse.Namespace) -> int:
     from broker.config import read_properties
-    from broker.zookeeper import (
+    from broker.zk.embedded_server import (
         DEFAULT_INIT_LIMIT,
         DEFAULT_SYNC_LIMIT,
         EmbeddedZooKeeper,
@@ -213,7 +213,7 @@ def ensemble_settings(
     ``server.N`` lines of ``props``) and ``--id`` (else ``<data_dir>/myid``); ``(None, [])``
     for a standalone server. Raises ``ZooKeeperConfigError`` / ``ValueError`` with a message
     for the user."""
-    from broker.zookeeper import check_ensemble, parse_server
+    from broker.zk.embedded_server import check_ensemble, parse_server
 
     servers: list[QuorumServer] = []
     if server_specs:

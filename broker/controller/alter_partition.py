@@ -43,14 +43,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from broker.controller import znodes
 from broker.controller.context import ControllerContext
 from broker.controller.events import ControllerRequest
 from broker.controller.reassignment_manager import ReassignmentManager
 from broker.controller.requests import ControllerRequestSender
-from broker.controller.zk_interface import ZkOperations
 from broker.protocol.errors import ErrorCode
 from broker.types import TopicPartition
+from broker.zk import znodes
+from broker.zk.interface import ZkOperations
 
 log = logging.getLogger(__name__)
 

@@ -22,15 +22,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from broker.controller import znodes
 from broker.controller.context import ControllerContext
 from broker.controller.liveness import BrokerLivenessWatch
 from broker.controller.requests import ControllerRequestSender
 from broker.controller.state_driver import StateDriver
 from broker.controller.state_machines import ReplicaState
 from broker.controller.topic_deletion import TopicDeletionManager
-from broker.controller.zk_interface import ZkOperations
 from broker.types import TopicPartition
+from broker.zk import znodes
+from broker.zk.interface import ZkOperations
 
 log = logging.getLogger("broker.controller.controller")
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field, fields
 
-from broker.controller import znodes
 from broker.controller.reassignment import ReplicaAssignment
 from broker.controller.state_machines import PartitionStateMachine, ReplicaStateMachine
 from broker.types import TopicPartition
+from broker.zk import znodes
 
 
 @dataclass(slots=True)

@@ -63,7 +63,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from broker.config import BrokerConfig
-from broker.controller import znodes
 from broker.controller.alter_partition import (
     AlterPartition,
     AlterPartitionResult,
@@ -112,19 +111,19 @@ from broker.controller.requests import ControllerRequestSender
 from broker.controller.state_driver import StateDriver
 from broker.controller.topic_admin import (
     InvalidPartitionsError,
-    TopicExistsError,
     assign_replicas,
     validate_assignment,
-    validate_topic_name,
 )
 from broker.controller.topic_deletion import TopicDeletionManager
-from broker.controller.zk_interface import ControllerMovedError, ZkOperations
 from broker.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
 from broker.metadata.topic_configs import TopicConfigManager, validate_configs
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.inter_broker_protocol import parse_ibp
 from broker.security.listener_security import inter_broker_listener
+from broker.topic_names import TopicExistsError, validate_topic_name
 from broker.types import TopicPartition
+from broker.zk import znodes
+from broker.zk.interface import ControllerMovedError, ZkOperations
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from broker.controller.events import ControllerEvent, ControllerRequest, Reelect
-from broker.controller.zk_interface import ControllerMovedError
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.zk.interface import ControllerMovedError
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Iterable
 
 from broker.config import BrokerConfig
-from broker.controller import election, znodes
+from broker.controller import election
 from broker.controller.context import ControllerContext
 from broker.controller.events import PartitionResults
 from broker.controller.reassignment import partitions_to_rebalance
@@ -31,6 +31,7 @@ from broker.controller.requests import ControllerRequestSender
 from broker.controller.state_driver import StateDriver
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.types import TopicPartition
+from broker.zk import znodes
 
 log = logging.getLogger(__name__)
 

@@ -32,9 +32,9 @@ from broker.controller.events import LeaderAndIsrResponseReceived
 from broker.controller.requests import ControllerRequestSender
 from broker.controller.state_driver import StateDriver
 from broker.controller.state_machines import ReplicaState
-from broker.controller.zk_interface import ZkOperations
 from broker.protocol.errors import ErrorCode
 from broker.types import TopicPartition
+from broker.zk.interface import ZkOperations
 
 log = logging.getLogger(__name__)
 

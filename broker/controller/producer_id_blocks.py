@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from broker.controller.context import ControllerContext
 from broker.controller.events import ControllerRequest
-from broker.controller.zk_interface import ControllerMovedError, ZkOperations
 from broker.protocol.errors import ErrorCode
+from broker.zk.interface import ControllerMovedError, ZkOperations
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 
-from broker.controller import election, znodes
+from broker.controller import election
 from broker.controller.context import ControllerContext
 from broker.controller.events import OngoingReassignments, PartitionResults
 from broker.controller.reassignment import (
@@ -34,6 +34,7 @@ from broker.controller.state_driver import StateDriver
 from broker.controller.state_machines import ReplicaState
 from broker.protocol.errors import ErrorCode
 from broker.types import TopicPartition
+from broker.zk import znodes
 
 log = logging.getLogger(__name__)
 

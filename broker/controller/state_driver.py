@@ -48,14 +48,15 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable
 
-from broker.controller import election, znodes
+from broker.controller import election
 from broker.controller.context import ControllerContext
 from broker.controller.reassignment import ReplicaAssignment
 from broker.controller.requests import NO_LEADER
 from broker.controller.state_machines import PartitionState, ReplicaState
-from broker.controller.zk_interface import ZkOperations
 from broker.metadata.topic_configs import TopicConfigManager
 from broker.types import TopicPartition
+from broker.zk import znodes
+from broker.zk.interface import ZkOperations
 
 log = logging.getLogger(__name__)
 

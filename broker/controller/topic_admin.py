@@ -1,6 +1,8 @@
-"""Topic administration rules as pure functions: legal names, replica assignment, request
-validation. The controller applies them; they are unit-tested without ZooKeeper. (The rule
-for topic config overrides, ``validate_configs``, lives a floor down, in
+"""Topic administration rules as pure functions: replica assignment, request validation.
+The controller applies them; they are unit-tested without ZooKeeper. (Two rules live floors
+down, since more than the controller applies them: legal topic names and their errors,
+``validate_topic_name``, in :mod:`broker.topic_names`, which the ZooKeeper client and the
+Metadata handler use too; the rule for topic config overrides, ``validate_configs``, in
 :mod:`broker.metadata.topic_configs`, since every broker applies it to AlterConfigs.)
 
 Replica assignment follows Kafka's ``AdminUtils.assignReplicasToBrokers``. Rack-unaware: the
@@ -18,26 +20,9 @@ unless given (tests pass them).
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Mapping, Sequence
 
 from broker.protocol.errors import ErrorCode, KafkaError
-
-MAX_NAME_LENGTH = 249
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
-
-
-class InvalidTopicError(KafkaError, ValueError):
-    """An illegal topic name (also a ``ValueError``: the ZooKeeper client refuses it too)."""
-
-    code = ErrorCode.invalid_topic_exception
-
-
-class TopicExistsError(KafkaError):
-    """The topic already exists, or is still marked for deletion. The broker's only such
-    error: the ZooKeeper client raises it and the controller answers it to clients."""
-
-    code = ErrorCode.topic_already_exists
 
 
 class InvalidPartitionsError(KafkaError):
@@ -57,22 +42,6 @@ class RackAwareAssignmentError(KafkaError):
     CreateTopics response reports as UNKNOWN_SERVER_ERROR)."""
 
     code = ErrorCode.unknown_server_error
-
-
-def validate_topic_name(name: str) -> None:
-    """The broker's topic-name rule (Kafka's ``Topic.validate``): 1 to 249 characters of
-    ASCII letters, digits, '.', '_' and '-', and not '.' or '..'. Raises
-    :class:`InvalidTopicError`."""
-    if not name:
-        raise InvalidTopicError("topic name is empty")
-    if name in (".", ".."):
-        raise InvalidTopicError(f"topic name {name!r} is not allowed")
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidTopicError(f"topic name is longer than {MAX_NAME_LENGTH} characters")
-    if not _LEGAL.match(name):
-        raise InvalidTopicError(
-            f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_', '-'"
-        )
 
 
 # The most partitions one CreateTopics / CreatePartitions may ask for (KRaft Kafka's

@@ -21,10 +21,10 @@ import logging
 from broker.controller.context import ControllerContext
 from broker.controller.requests import ControllerRequestSender
 from broker.controller.state_driver import StateDriver
-from broker.controller.zk_interface import ZkOperations
 from broker.metadata.topic_configs import TopicConfigManager
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.types import TopicPartition
+from broker.zk.interface import ZkOperations
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ means to them (:meth:`ConfigChangeFollower.changed`): the SCRAM credential cache
 client quotas.
 
 ZooKeeper is reached through :class:`ConfigChangeSource`, the two operations a follower needs
-(the ZooKeeper client, ``broker.controller.zk_client.ZkClient``, and the tests' fake have
+(the ZooKeeper client, ``broker.zk.client.ZkClient``, and the tests' fake have
 them); a subclass names the client type it reads its entities with
 (``ConfigChangeFollower[ZkClient]``), so this floor never imports the controller's.
 

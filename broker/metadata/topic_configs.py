@@ -26,7 +26,7 @@ value means "use the default" and is dropped. A failure is :class:`InvalidConfig
 (INVALID_CONFIG), naming the property.
 
 ZooKeeper is reached only through :class:`TopicConfigStore`, the operations this manager
-needs (``broker.controller.zk_interface.ZkOperations`` has them), so this floor never
+needs (``broker.zk.interface.ZkOperations`` has them), so this floor never
 imports the controller's.
 """
 

@@ -3,7 +3,7 @@ docs/metrics.md).
 
 Two kinds of figures, kept apart so the hot path pays almost nothing:
 
-* counts the request path records as it goes (:mod:`broker.metrics.recorder`: plain int
+* counts the request path records as it goes (:mod:`broker.request_metrics`: plain int
   increments on the event loop thread, no lock, nothing of prometheus_client);
 * state read when Prometheus scrapes (:mod:`broker.metrics.registry`'s
   ``STATE_COLLECTORS``: partition counts, the controller's view, purgatory sizes, the

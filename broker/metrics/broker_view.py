@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Protocol, SupportsInt
 if TYPE_CHECKING:
     from broker.clock import Clock
     from broker.controller.controller import Controller
-    from broker.controller.zk_client import ZkClient
     from broker.coordinator.group.coordinator import GroupCoordinator
     from broker.coordinator.transaction.coordinator import TransactionCoordinator
     from broker.log.cleaner.manager import LogCleaner
     from broker.log.log_manager import LogManager
-    from broker.metrics.recorder import Recorder
     from broker.network.broker_pool import BrokerPool
     from broker.replication.replica_manager import ReplicaManager
+    from broker.request_metrics import Recorder
+    from broker.zk.client import ZkClient
 
 __all__ = ["BrokerView"]
 
@@ -49,7 +49,7 @@ class BrokerView(Protocol):
 
     @property
     def metrics(self) -> Recorder:
-        """The request path's counts (:mod:`broker.metrics.recorder`)."""
+        """The request path's counts (:mod:`broker.request_metrics`)."""
         ...
 
     @property

@@ -1,4 +1,4 @@
-"""The broker's own figures: the request path's counts (:mod:`broker.metrics.recorder`), its
+"""The broker's own figures: the request path's counts (:mod:`broker.request_metrics`), its
 lifecycle state, and its ZooKeeper session.
 
 * ``kafka_server_kafkaserver_brokerstate`` (``kafka.server:type=KafkaServer,
@@ -12,7 +12,7 @@ lifecycle state, and its ZooKeeper session.
   session is not open).
 * ``kafka_server_sessionexpirelistener_zookeeperexpires_total`` and
   ``..._zookeeperdisconnects_total`` (``ZooKeeperExpiresPerSec``,
-  ``ZooKeeperDisconnectsPerSec``): counted by :class:`broker.controller.zk_session.ZkSession`.
+  ``ZooKeeperDisconnectsPerSec``): counted by :class:`broker.zk.session.ZkSession`.
 
 Concurrency: :func:`collect` runs on the event loop thread (the scrape's snapshot).
 """
@@ -31,7 +31,7 @@ __all__ = ["SESSION_STATES", "collect"]
 SESSION_STATES = ("CONNECTED", "CONNECTING", "CLOSED")
 """The ``state`` label's values."""
 
-# broker.controller.zk_interface.ZkState's value -> ZooKeeper's state name
+# broker.zk.interface.ZkState's value -> ZooKeeper's state name
 _SESSION_STATE_OF = {
     "CONNECTED": "CONNECTED",
     "SUSPENDED": "CONNECTING",

@@ -58,7 +58,7 @@ from typing import Any, cast
 from broker.protocol.framing import size_prefix
 from broker.protocol.response import CloseConnection, ConnectionInfo, FileRegion, Response
 
-log = logging.getLogger("broker.network.server")
+log = logging.getLogger("broker.network.socket_server")
 
 # A request handler takes the connection and the whole request frame and returns the
 # response, or None when no response is owed (Produce with acks=0). A frame of

@@ -17,7 +17,7 @@ from broker.quota.entities import CLIENTS, USERS, QuotaEntity
 from broker.quota.manager import ClientQuotas
 
 if TYPE_CHECKING:
-    from broker.controller.zk_client import ZkClient
+    from broker.zk.client import ZkClient
 
 __all__ = ["QuotaConfigFollower"]
 

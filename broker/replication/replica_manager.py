@@ -34,7 +34,7 @@ their own (``IsrHost``, ``LogDirHost``, ``TxnHost``) and never import it; only t
 edits ``partitions`` and ``offline_partitions``.
 
 Metrics: leader appends (records, bytes, failures) and what followers append are counted on
-``metrics`` (:mod:`broker.metrics.recorder`, a no-op without ``metrics.http.listener``); the
+``metrics`` (:mod:`broker.request_metrics`, a no-op without ``metrics.http.listener``); the
 ISR changes this broker writes as leader in ``isr_shrinks`` / ``isr_expands``.
 
 Concurrency: event loop thread only. Appends are synchronous (a ``write`` to the page
@@ -59,7 +59,6 @@ from broker.log.errors import LogDirOfflineError, OffsetOutOfRangeError
 from broker.log.log import AppendOrigin
 from broker.log.log_manager import LogManager
 from broker.log.producer_state import ProducerEntry
-from broker.metrics.recorder import NOOP_RECORDER, Recorder
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode, KafkaError, error_code_for
 from broker.replication.alter_isr_manager import AlterIsr, AlterIsrManager
@@ -71,6 +70,7 @@ from broker.replication.partition import NotLeaderError, Partition, ReadResult
 from broker.replication.purgatory import Purgatory
 from broker.replication.results import FetchRequestPartition, FetchResult, ProduceResult
 from broker.replication.transactions import TransactionSupport
+from broker.request_metrics import NOOP_RECORDER, Recorder
 from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
@@ -112,7 +112,7 @@ class ReplicaManager:
     ) -> None:
         """``inter_broker_security``: how the follower fetchers connect to leaders (a
         ``ClientSecurity`` for a secured inter-broker listener; None: plaintext).
-        ``metrics``: where appends are counted (:mod:`broker.metrics.recorder`)."""
+        ``metrics``: where appends are counted (:mod:`broker.request_metrics`)."""
         self.config = config
         self.metrics = metrics
         self.log_manager = log_manager

@@ -41,7 +41,7 @@ from broker.security.acl import (
 )
 
 if TYPE_CHECKING:
-    from broker.controller.zk_security import ZkSecurityOps
+    from broker.zk.security import ZkSecurityOps
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from broker.quota.entities import desanitize, sanitize
 from kafka_security.scram import CredentialFormatError, ScramCredential, user_credentials
 
 if TYPE_CHECKING:
-    from broker.controller.zk_client import ZkClient
+    from broker.zk.client import ZkClient
 
 log = logging.getLogger(__name__)
 

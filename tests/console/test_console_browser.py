@@ -172,7 +172,7 @@ def make_sink_trace(bootstrap: str, checkpoint: Path) -> str:
     from spark_connector.exactly_once.settings import parse_sink_options
     from spark_connector.exactly_once.sink_log import new_run_name
     from spark_connector.exactly_once.task import TaskIdentity, write_exactly_once
-    from spark_connector.write_plan import batch_settings, plan_write
+    from spark_connector.write.plan import batch_settings, plan_write
 
     schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
     options = {

@@ -1,6 +1,6 @@
 """An in-memory ZooKeeper for unit tests: :class:`FakeZooKeeper` (the ensemble's znode tree)
 and :class:`FakeZkClient` (one session on it, implementing
-:class:`broker.controller.zk_interface.ZkOperations`).
+:class:`broker.zk.interface.ZkOperations`).
 
 What is modelled, because the controller depends on it:
 
@@ -15,7 +15,7 @@ What is modelled, because the controller depends on it:
   real client's hop from kazoo's thread) with the current value, once when registered and
   after every change, until the session closes.
 
-The znodes hold the real JSON of ``broker.controller.znodes``, so what the controller writes
+The znodes hold the real JSON of ``broker.zk.znodes``, so what the controller writes
 is what Kafka would read. Time does not exist here: sessions expire only when a test says so.
 Single-threaded, event loop only.
 """
@@ -31,9 +31,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from broker.controller import znodes
-from broker.controller.topic_admin import TopicExistsError, validate_topic_name
-from broker.controller.zk_interface import (
+from broker.topic_names import TopicExistsError, validate_topic_name
+from broker.types import TopicPartition
+from broker.zk import znodes
+from broker.zk.interface import (
     BrokerIdAlreadyRegisteredError,
     ControllerMovedError,
     SessionCallback,
@@ -44,7 +45,6 @@ from broker.controller.zk_interface import (
     ZkConnectionError,
     ZkError,
 )
-from broker.types import TopicPartition
 
 LONG_MAX = 9_223_372_036_854_775_807
 

@@ -123,7 +123,7 @@ class FaultCluster:
             )
 
     def start_zookeeper(self, timeout_s: float = 60.0) -> None:
-        from broker.zookeeper import EmbeddedZooKeeper, zookeeper_is_serving
+        from broker.zk.embedded_server import EmbeddedZooKeeper, zookeeper_is_serving
 
         zk_dir = self.dir / "zookeeper"
         if not self.zk_cmd:

@@ -183,7 +183,7 @@ class Hosts:
         return [MILLRACE, "zookeeper", "start", "--config", str(config)]
 
     def start_zookeepers(self, timeout_s: float = 120.0) -> None:
-        from broker.zookeeper import zookeeper_is_serving
+        from broker.zk.embedded_server import zookeeper_is_serving
 
         for i in self.zk_ids:
             self.spawn(f"zk{i}", self.zookeeper_command(i), self.dir / f"zk{i}.out")

@@ -420,7 +420,7 @@ class Cluster:
     def zk_modes(self) -> dict[int, str | None]:
         """{node id: what ``srvr`` says (leader, follower, standalone, "not serving"), None
         when nothing answers}."""
-        from broker.zookeeper import zookeeper_mode
+        from broker.zk.embedded_server import zookeeper_mode
 
         return {
             int(n["id"]): zookeeper_mode(str(n["host"]), int(n["port"]), timeout=2.0)
@@ -461,7 +461,7 @@ class Cluster:
         from kazoo.client import KazooClient
         from kazoo.exceptions import NoNodeError
 
-        from broker.zookeeper import node_with_session
+        from broker.zk.embedded_server import node_with_session
 
         zk = KazooClient(hosts=str(self.json["zookeeper"]), timeout=10.0)
         zk.start(timeout=15)

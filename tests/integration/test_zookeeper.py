@@ -24,8 +24,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from broker.controller import znodes
-from broker.controller.zk_client import (
+from broker.types import TopicPartition
+from broker.zk import znodes
+from broker.zk.client import (
     BrokerIdAlreadyRegisteredError,
     ControllerMovedError,
     TopicExistsError,
@@ -34,8 +35,7 @@ from broker.controller.zk_client import (
     ZkConnectionError,
     ZkState,
 )
-from broker.types import TopicPartition
-from broker.zookeeper import (
+from broker.zk.embedded_server import (
     EmbeddedZooKeeper,
     JavaNotFoundError,
     ZooKeeperStartError,

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from broker.clock import ManualClock
-from broker.network.server import ConnectionInfo, KafkaServer, Response
+from broker.network.socket_server import ConnectionInfo, Response, SocketServer
 from broker.quota.entities import (
     DEFAULT,
     QuotaEntity,
@@ -377,7 +377,7 @@ async def _read(reader: asyncio.StreamReader) -> bytes:
 
 def test_a_throttled_connection_answers_at_once_then_reads_nothing_for_the_throttle() -> None:
     async def run() -> tuple[float, float, float]:
-        server = KafkaServer("127.0.0.1", 0, _throttling_handler)
+        server = SocketServer("127.0.0.1", 0, _throttling_handler)
         await server.start()
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
@@ -406,7 +406,7 @@ def test_a_throttled_connection_answers_at_once_then_reads_nothing_for_the_throt
 
 def test_a_request_owed_no_response_still_mutes_its_connection() -> None:
     async def run() -> float:
-        server = KafkaServer("127.0.0.1", 0, _throttling_handler)
+        server = SocketServer("127.0.0.1", 0, _throttling_handler)
         await server.start()
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
@@ -426,7 +426,7 @@ def test_a_request_owed_no_response_still_mutes_its_connection() -> None:
 
 def test_requests_pipelined_behind_a_throttled_one_wait_for_the_mute() -> None:
     async def run() -> tuple[float, float]:
-        server = KafkaServer("127.0.0.1", 0, _throttling_handler)
+        server = SocketServer("127.0.0.1", 0, _throttling_handler)
         await server.start()
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)

@@ -49,11 +49,11 @@ from broker.coordinator.group.results import (
     MemberIdentity,
     SyncResult,
 )
-from broker.metrics.recorder import NOOP_RECORDER
 from broker.protocol import registry
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import RequestHeader
 from broker.protocol.response import ConnectionInfo
+from broker.request_metrics import NOOP_RECORDER
 from broker.types import TopicPartition
 
 pytestmark = pytest.mark.unit

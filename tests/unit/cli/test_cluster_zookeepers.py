@@ -17,7 +17,7 @@ from broker.cli import cluster
 from broker.cli.cluster_process import ClusterError, zookeeper_command
 from broker.cli.main import main
 from broker.cli.zookeeper_cmd import ensemble_settings
-from broker.zookeeper import (
+from broker.zk.embedded_server import (
     ENSEMBLE_MAIN_CLASS,
     MAIN_CLASS,
     EmbeddedZooKeeper,

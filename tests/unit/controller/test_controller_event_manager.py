@@ -17,8 +17,8 @@ from broker.controller.events import (
     Reelect,
     Startup,
 )
-from broker.controller.zk_interface import ControllerMovedError
 from broker.protocol.errors import ErrorCode
+from broker.zk.interface import ControllerMovedError
 
 pytestmark = pytest.mark.unit
 

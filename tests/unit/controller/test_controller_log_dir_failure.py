@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from broker.controller import znodes
 from broker.controller.requests import LEADER_AND_ISR, STOP_REPLICA
 from broker.controller.state_machines import PartitionState, ReplicaState
 from broker.metadata.cache import PartitionInfo
 from broker.types import TopicPartition as TP
+from broker.zk import znodes
 from tests.unit.controller.test_controller_with_fake_zookeeper import (
     Cluster,
     cluster_test,

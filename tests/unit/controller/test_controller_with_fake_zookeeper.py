@@ -18,7 +18,6 @@ import pytest
 
 from broker.api.inter_broker import handle_update_metadata
 from broker.config import BrokerConfig
-from broker.controller import znodes
 from broker.controller.controller import Controller, NotControllerError
 from broker.controller.events import (
     BrokerReachable,
@@ -28,12 +27,13 @@ from broker.controller.events import (
 )
 from broker.controller.requests import LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
 from broker.controller.state_machines import PartitionState, ReplicaState
-from broker.controller.topic_admin import TopicExistsError
 from broker.metadata.cache import MetadataCache
 from broker.metadata.topic_configs import TopicConfigManager
 from broker.protocol import interbroker
 from broker.protocol.errors import ErrorCode
+from broker.topic_names import TopicExistsError
 from broker.types import TopicPartition as TP
+from broker.zk import znodes
 from tests.fakes.zookeeper import FakeZkClient, FakeZooKeeper
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,5 @@
-"""Topic administration rules (broker/controller/topic_admin.py)."""
+"""Topic administration rules (broker/controller/topic_admin.py) and the topic-name rule
+(broker/topic_names.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from broker.controller import topic_admin as ta
 from broker.protocol.errors import ErrorCode
+from broker.topic_names import InvalidTopicError, validate_topic_name
 
 pytestmark = pytest.mark.unit
 
@@ -50,13 +52,13 @@ def test_assignment_rejects_bad_counts(partitions: int, rf: int, code: ErrorCode
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad name", "ümlaut", "a/b"])
 def test_illegal_topic_names(name: str) -> None:
-    with pytest.raises(ta.InvalidTopicError):
-        ta.validate_topic_name(name)
+    with pytest.raises(InvalidTopicError):
+        validate_topic_name(name)
 
 
 @pytest.mark.parametrize("name", ["a", "my_topic.v1-2", "A" * 249, "__consumer_offsets"])
 def test_legal_topic_names(name: str) -> None:
-    ta.validate_topic_name(name)
+    validate_topic_name(name)
 
 
 def test_manual_assignment_validation() -> None:

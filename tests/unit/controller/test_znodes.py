@@ -7,8 +7,9 @@ import uuid
 
 import pytest
 
-from broker.controller import znodes
-from broker.controller.znodes import (
+from broker.types import TopicPartition
+from broker.zk import znodes
+from broker.zk.znodes import (
     BrokerIdZNode,
     ClusterIdZNode,
     ConfigChangeNotificationZNode,
@@ -25,7 +26,6 @@ from broker.controller.znodes import (
     TopicZNode,
     ZNodeDecodeError,
 )
-from broker.types import TopicPartition
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The ZooKeeper interface (broker/controller/zk_interface.py): the real client and the
+"""The ZooKeeper interface (broker/zk/interface.py): the real client and the
 in-memory fake both implement ZkOperations; the fake keeps ZooKeeper's rules (versions,
 ephemeral znodes per session, watches, sequential znodes, the controller-epoch fence); code
 outside the ZooKeeper client depends on the protocol, never on kazoo."""
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from broker.controller import znodes
-from broker.controller.topic_admin import InvalidTopicError, TopicExistsError
-from broker.controller.zk_client import ZkClient
-from broker.controller.zk_interface import (
+from broker.topic_names import InvalidTopicError, TopicExistsError
+from broker.types import TopicPartition
+from broker.zk import znodes
+from broker.zk.client import ZkClient
+from broker.zk.interface import (
     BrokerIdAlreadyRegisteredError,
     ControllerMovedError,
     ZkOperations,
 )
-from broker.types import TopicPartition
 from tests.fakes.zookeeper import FakeZkClient, FakeZooKeeper
 
 pytestmark = pytest.mark.unit
@@ -95,7 +95,10 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-ZK_CLIENT_MODULES = {"zk_client.py", "zk_session.py", "zk_topics.py", "zk_security.py"}
+ZK_PACKAGE = ROOT / "broker" / "zk"
+ZK_CLIENT_MODULES = {"client.py", "session.py", "topics.py", "security.py"}
+"""The modules of ``broker/zk/`` that are the kazoo client (not the interface, the znodes or
+the embedded server's launcher)."""
 
 
 def test_only_the_zookeeper_client_modules_import_kazoo() -> None:
@@ -103,15 +106,16 @@ def test_only_the_zookeeper_client_modules_import_kazoo() -> None:
         str(path.relative_to(ROOT))
         for path in (ROOT / "broker").rglob("*.py")
         if any(n == "kazoo" or n.startswith("kazoo.") for n in _imports(path))
-        and not (path.parent.name == "controller" and path.name in ZK_CLIENT_MODULES)
+        and not (path.parent == ZK_PACKAGE and path.name in ZK_CLIENT_MODULES)
     ]
     assert bad == []
 
 
 def test_controller_and_topic_configs_depend_on_the_protocol_not_the_client() -> None:
-    client = {f"broker.controller.{m.removesuffix('.py')}" for m in ZK_CLIENT_MODULES}
+    client = {f"broker.zk.{m.removesuffix('.py')}" for m in ZK_CLIENT_MODULES}
     users = [
-        p for p in (ROOT / "broker" / "controller").glob("*.py") if p.name not in ZK_CLIENT_MODULES
-    ] + [ROOT / "broker" / "metadata" / "topic_configs.py"]
+        *(ROOT / "broker" / "controller").glob("*.py"),
+        ROOT / "broker" / "metadata" / "topic_configs.py",
+    ]
     bad = [f"{p.name} imports {n}" for p in users for n in _imports(p) & client]
     assert bad == []

@@ -10,9 +10,9 @@ import logging
 import pytest
 
 from broker.config import BrokerConfig
-from broker.controller import znodes
 from broker.metadata.topic_configs import InvalidConfigError, TopicConfigManager, validate_configs
 from broker.topic_config import LogConfig
+from broker.zk import znodes
 from tests.fakes.zookeeper import FakeZooKeeper
 
 pytestmark = pytest.mark.unit

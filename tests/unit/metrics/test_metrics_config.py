@@ -12,7 +12,7 @@ from broker.cli.cluster_metrics import MetricsPort, plan_metrics_ports
 from broker.cli.cluster_process import ClusterError
 from broker.config import BrokerConfig, parse_metrics_listener
 from broker.config_def import ConfigError
-from broker.metrics.recorder import NOOP_RECORDER, MetricsRecorder
+from broker.request_metrics import NOOP_RECORDER, MetricsRecorder
 from broker.server import Broker
 
 pytestmark = pytest.mark.unit

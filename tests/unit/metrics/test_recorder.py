@@ -1,4 +1,4 @@
-"""broker/metrics/recorder.py: the null recorder, BrokerTopicMetrics counts per topic and for
+"""broker/request_metrics.py: the null recorder, BrokerTopicMetrics counts per topic and for
 all topics (Kafka's rules for what counts as failed), follower bytes kept apart, and the
 request latency histogram's buckets as Prometheus reads them."""
 
@@ -10,15 +10,15 @@ import io
 import pytest
 
 from broker.log.file_records import FetchSlice
-from broker.metrics.recorder import (
+from broker.protocol.errors import ErrorCode
+from broker.replication.results import FetchResult
+from broker.request_metrics import (
     LATENCY_BUCKETS_MS,
     NOOP_RECORDER,
     LatencyHistogram,
     MetricsRecorder,
     Recorder,
 )
-from broker.protocol.errors import ErrorCode
-from broker.replication.results import FetchResult
 from broker.types import TopicPartition
 from tests.unit.metrics.exposition import scrape, value
 

@@ -164,7 +164,7 @@ def test_a_scrape_on_the_loop_thread_does_not_deadlock() -> None:
 
 
 def test_http_scrape_of_a_real_endpoint() -> None:
-    from broker.metrics.recorder import MetricsRecorder
+    from broker.request_metrics import MetricsRecorder
 
     recorder = MetricsRecorder()
     recorder.produced("orders", 3, 300)

@@ -15,14 +15,11 @@ import pytest
 
 from broker.clock import ManualClock
 from broker.config import BrokerConfig
-from broker.controller import znodes
 from broker.controller.context import ControllerContext
 from broker.controller.reassignment import ReplicaAssignment
 from broker.controller.state_machines import PartitionState
-from broker.controller.zk_interface import ZkState
 from broker.log.log_manager import LogManager
 from broker.metrics import controller_metrics, replica_metrics, server_metrics
-from broker.metrics.recorder import MetricsRecorder
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode
 from broker.replication.replica_manager import (
@@ -30,9 +27,12 @@ from broker.replication.replica_manager import (
     PartitionStateSpec,
     ReplicaManager,
 )
+from broker.request_metrics import MetricsRecorder
 from broker.server import BrokerState
 from broker.topic_config import LogConfig
 from broker.types import TopicPartition
+from broker.zk import znodes
+from broker.zk.interface import ZkState
 from tests.unit.metrics.exposition import scrape, value
 
 pytestmark = pytest.mark.unit

@@ -18,7 +18,7 @@ import pytest
 
 from broker.controller.channel import ControllerChannel
 from broker.network.client import BrokerConnection, request_sync
-from broker.network.server import CloseConnection, ConnectionInfo, KafkaServer, Response
+from broker.network.socket_server import CloseConnection, ConnectionInfo, Response, SocketServer
 from broker.protocol import registry
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import parse_request_header, response_header, skip_tagged_fields
@@ -72,10 +72,10 @@ def _topic_names(response: Any) -> list[str]:
 
 
 class StandIn:
-    """A KafkaServer with a tiny dispatcher that records what it receives."""
+    """A SocketServer with a tiny dispatcher that records what it receives."""
 
     def __init__(self, port: int = 0) -> None:
-        self.server = KafkaServer(HOST, port, self._handle)
+        self.server = SocketServer(HOST, port, self._handle)
         self.received: list[tuple[int, int, str | None, Any]] = []
         self.active = 0
         self.max_active = 0
@@ -91,7 +91,7 @@ class StandIn:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        # release hung handlers first: KafkaServer.stop waits (up to 30 s) for the response
+        # release hung handlers first: SocketServer.stop waits (up to 30 s) for the response
         # writer of a connection whose handler is still running
         self._never.set()
         await self.server.stop()

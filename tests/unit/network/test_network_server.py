@@ -1,5 +1,5 @@
 """The asyncio server: in-order responses, frame limits, idle timeout, isolation of a bad
-connection (broker/network/server.py), with a stand-in request handler."""
+connection (broker/network/socket_server.py), with a stand-in request handler."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.network.server import CloseConnection, ConnectionInfo, KafkaServer, Response
+from broker.network.socket_server import CloseConnection, ConnectionInfo, Response, SocketServer
 
 pytestmark = pytest.mark.unit
 
@@ -39,7 +39,7 @@ async def _read(reader: asyncio.StreamReader) -> bytes:
 
 
 async def _with_server(fn, **kw):  # type: ignore[no-untyped-def]
-    server = KafkaServer("127.0.0.1", 0, _echo_after, **kw)
+    server = SocketServer("127.0.0.1", 0, _echo_after, **kw)
     await server.start()
     try:
         return await fn(server.port)
@@ -130,7 +130,7 @@ def test_sendfile_now_sends_what_the_socket_takes_without_moving_the_file(
     position never moves (appends and other readers use it)."""
     import socket as socket_mod
 
-    from broker.network.server import sendfile_now as _sendfile_now
+    from broker.network.socket_server import sendfile_now as _sendfile_now
 
     data = os.urandom(8 << 20)
     path = tmp_path / "segment.log"
@@ -173,7 +173,7 @@ def test_eager_and_deferred_requests_take_effect_in_arrival_order() -> None:
         return Response([frame], len(frame))
 
     async def run() -> list[bytes]:
-        server = KafkaServer("127.0.0.1", 0, handler)
+        server = SocketServer("127.0.0.1", 0, handler)
         await server.start()
         try:
             r, w = await asyncio.open_connection("127.0.0.1", server.port)
@@ -202,7 +202,7 @@ def test_handler_exception_from_an_awaited_future_closes_only_after_earlier_answ
         return Response([frame], len(frame))
 
     async def run() -> tuple[bytes, bytes]:
-        server = KafkaServer("127.0.0.1", 0, handler)
+        server = SocketServer("127.0.0.1", 0, handler)
         await server.start()
         try:
             r, w = await asyncio.open_connection("127.0.0.1", server.port)
@@ -303,7 +303,7 @@ def test_a_response_whose_segment_file_was_closed_drops_only_that_connection(
         return Response([frame], len(frame))
 
     async def run() -> tuple[bytes, bytes]:
-        server = KafkaServer("127.0.0.1", 0, handler)
+        server = SocketServer("127.0.0.1", 0, handler)
         await server.start()
         try:
             r, w = await asyncio.open_connection("127.0.0.1", server.port)
@@ -350,7 +350,7 @@ def test_requests_after_a_malformed_one_are_not_run() -> None:
         return Response([frame], len(frame))
 
     async def run() -> tuple[bytes, bytes]:
-        server = KafkaServer("127.0.0.1", 0, handler)
+        server = SocketServer("127.0.0.1", 0, handler)
         await server.start()
         try:
             r, w = await asyncio.open_connection("127.0.0.1", server.port)

@@ -19,9 +19,6 @@ from collections.abc import Callable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from broker.controller.zk_interface import WatchHandle
-from broker.controller.zk_session import ZkSession
-from broker.controller.znodes.common import CONFIG_CHANGES_PATH, CONFIG_PATH
 from broker.security.acl import (
     ACL_CHANGES_PATH,
     ACL_PATH,
@@ -37,13 +34,16 @@ from broker.security.acl import (
     encode_acls,
     pattern_of_notice,
 )
+from broker.zk.interface import WatchHandle
+from broker.zk.session import ZkSession
+from broker.zk.znodes.common import CONFIG_CHANGES_PATH, CONFIG_PATH
 
 ACL_ROOTS = (ACL_PATH, ACL_CHANGES_PATH, EXTENDED_ACL_PATH, EXTENDED_ACL_CHANGES_PATH)
 AclUpdate = Callable[[frozenset[AccessControlEntry]], frozenset[AccessControlEntry]]
 
 
 class ZkSecurityOps(ZkSession):
-    """ACL and user-config znodes (mixed into :class:`~broker.controller.zk_client.ZkClient`)."""
+    """ACL and user-config znodes (mixed into :class:`~broker.zk.client.ZkClient`)."""
 
     # ------------------------------------------------------------------ ACLs
 

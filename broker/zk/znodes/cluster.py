@@ -1,6 +1,6 @@
 """The znodes of the cluster's membership and coordination: broker registrations
 (``/brokers/ids/<id>``), the controller (``/controller``, ``/controller_epoch``), the cluster id,
-the producer-id blocks and the brokers' log-dir event notifications. Format and conventions as described in :mod:`broker.controller.znodes`.
+the producer-id blocks and the brokers' log-dir event notifications. Format and conventions as described in :mod:`broker.zk.znodes`.
 
 Concurrency: values are immutable; functions are pure.
 """
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from broker.controller.znodes.common import (
+from broker.zk.znodes.common import (
     BROKER_IDS_PATH,
     CLUSTER_ID_PATH,
     CONTROLLER_EPOCH_PATH,

@@ -213,7 +213,7 @@ def zoo_cfg(
     (``initLimit``, ``syncLimit`` and one ``server.N`` line per member; the member's own id
     goes into the ``myid`` file, not here)."""
     lines = [
-        "# Written by millrace (broker/zookeeper.py); rewritten at every start.",
+        "# Written by millrace (broker/zk/embedded_server.py); rewritten at every start.",
         f"tickTime={tick_time}",
         f"dataDir={data_dir}",
         f"clientPort={port}",

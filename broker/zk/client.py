@@ -1,11 +1,11 @@
 """Kafka's ZooKeeper client: every ZooKeeper read and write the broker and controller do.
 
-:class:`ZkClient` is one kazoo session (:class:`~broker.controller.zk_session.ZkSession`, the
+:class:`ZkClient` is one kazoo session (:class:`~broker.zk.session.ZkSession`, the
 kazoo <-> asyncio bridge) with Kafka's ZooKeeper operations on it: the topic operations of
-:class:`~broker.controller.zk_topics.ZkTopicOps` and, in this module, the cluster id and
+:class:`~broker.zk.topics.ZkTopicOps` and, in this module, the cluster id and
 persistent paths, broker registration (re-registered on every new session) and broker ids,
 controller election, and producer-id blocks. It implements
-:class:`~broker.controller.zk_interface.ZkOperations`, the protocol the rest of the broker
+:class:`~broker.zk.interface.ZkOperations`, the protocol the rest of the broker
 depends on; the errors and values of that module are re-exported here.
 
 Semantics follow Kafka 3.9's ``KafkaZkClient``: controller election creates the ephemeral
@@ -32,8 +32,8 @@ from collections.abc import Callable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from broker.controller.topic_admin import TopicExistsError
-from broker.controller.zk_interface import (
+from broker.topic_names import TopicExistsError
+from broker.zk.interface import (
     BrokerIdAlreadyRegisteredError,
     ControllerMovedError,
     UnknownTopicError,
@@ -44,10 +44,10 @@ from broker.controller.zk_interface import (
     ZkOperations,
     ZkState,
 )
-from broker.controller.zk_security import ZkSecurityOps
-from broker.controller.zk_session import DEFAULT_SESSION_TIMEOUT_MS
-from broker.controller.zk_topics import ZkTopicOps
-from broker.controller.znodes import (
+from broker.zk.security import ZkSecurityOps
+from broker.zk.session import DEFAULT_SESSION_TIMEOUT_MS
+from broker.zk.topics import ZkTopicOps
+from broker.zk.znodes import (
     BROKER_IDS_PATH,
     BROKER_SEQID_PATH,
     CLUSTER_ID_PATH,
@@ -74,13 +74,13 @@ DEFAULT_PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BL
 
 
 class ZkClient(ZkTopicOps, ZkSecurityOps):
-    """Kafka's ZooKeeper data model (:mod:`broker.controller.znodes`) over one kazoo session.
+    """Kafka's ZooKeeper data model (:mod:`broker.zk.znodes`) over one kazoo session.
 
     Responsibility: typed, async access to every znode the broker and controller use;
     connection-state tracking with session-loss / new-session callbacks (inherited from the
     session); re-registration of the broker's ephemeral znode on a new session.
 
-    Format: the znodes' JSON is defined in :mod:`broker.controller.znodes` (Kafka 3.9's).
+    Format: the znodes' JSON is defined in :mod:`broker.zk.znodes` (Kafka 3.9's).
 
     Concurrency: create and use on one event loop. Public methods are coroutines that run
     blocking kazoo calls in worker threads; several may run at once. Watch and state callbacks

@@ -7,10 +7,10 @@ its config znode in one multi-op; assignment and partition-state updates are con
 the znode version, and a controller's partition-state writes are also conditional on the
 controller epoch's znode version, which fences a zombie controller (a retried write whose
 first attempt succeeded is recognised, as in Kafka's ``ReplicationUtils``). Topic names
-are checked with the broker's one validator (``topic_admin.validate_topic_name``) and an
-existing topic raises the broker's one ``topic_admin.TopicExistsError``.
+are checked with the broker's one validator (``topic_names.validate_topic_name``) and an
+existing topic raises the broker's one ``topic_names.TopicExistsError``.
 
-Concurrency: as :class:`~broker.controller.zk_session.ZkSession`; conditional writes make
+Concurrency: as :class:`~broker.zk.session.ZkSession`; conditional writes make
 concurrent writers from several brokers safe.
 """
 
@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from broker.controller.topic_admin import TopicExistsError, validate_topic_name
-from broker.controller.zk_interface import (
+from broker.topic_names import TopicExistsError, validate_topic_name
+from broker.types import TopicPartition
+from broker.zk.interface import (
     ControllerMovedError,
     UnknownTopicError,
     Versioned,
@@ -32,8 +33,8 @@ from broker.controller.zk_interface import (
     WatchHandle,
     ZkError,
 )
-from broker.controller.zk_session import ZkSession
-from broker.controller.znodes import (
+from broker.zk.session import ZkSession
+from broker.zk.znodes import (
     BROKER_TOPICS_PATH,
     CONFIG_CHANGES_PATH,
     CONFIG_TOPICS_PATH,
@@ -51,16 +52,15 @@ from broker.controller.znodes import (
     ZNodeDecodeError,
     random_kafka_uuid,
 )
-from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
 
 class ZkTopicOps(ZkSession):
-    """The topic half of :class:`~broker.controller.zk_client.ZkClient` (which adds brokers,
+    """The topic half of :class:`~broker.zk.client.ZkClient` (which adds brokers,
     controller election, cluster id and producer ids); not used on its own.
 
-    Format: the znodes' JSON is defined in :mod:`broker.controller.znodes` (Kafka 3.9's).
+    Format: the znodes' JSON is defined in :mod:`broker.zk.znodes` (Kafka 3.9's).
     """
 
     # ------------------------------------------------------------------ topics

@@ -31,14 +31,15 @@ most of these from hash maps, so the order carries no meaning; readers must not 
 The schema is split by concern: :mod:`.common` (paths, JSON and UUID conventions),
 :mod:`.cluster` (brokers, controller, cluster id, producer-id blocks) and :mod:`.topics`
 (topics, partition states, configs, admin requests, ISR-change notifications). Every name is
-importable from this package (``from broker.controller import znodes``).
+importable from this package (``from broker.zk import znodes``).
 
 Concurrency: values are immutable; functions are pure.
 """
 
 from __future__ import annotations
 
-from broker.controller.znodes.cluster import (
+from broker.types import NO_LEADER
+from broker.zk.znodes.cluster import (
     BrokerIdZNode,
     BrokerRegistration,
     ClusterIdZNode,
@@ -48,7 +49,7 @@ from broker.controller.znodes.cluster import (
     LogDirEventNotificationZNode,
     ProducerIdBlockZNode,
 )
-from broker.controller.znodes.common import (
+from broker.zk.znodes.common import (
     ADMIN_PATH,
     BROKER_IDS_PATH,
     BROKER_SEQID_PATH,
@@ -83,7 +84,7 @@ from broker.controller.znodes.common import (
     sequence_number,
     uuid_to_kafka_str,
 )
-from broker.controller.znodes.topics import (
+from broker.zk.znodes.topics import (
     ConfigChangeNotificationZNode,
     DeleteTopicZNode,
     IsrChangeNotificationZNode,
@@ -94,7 +95,6 @@ from broker.controller.znodes.topics import (
     TopicPartitionStateZNode,
     TopicZNode,
 )
-from broker.types import NO_LEADER
 
 __all__ = [
     "ADMIN_PATH",

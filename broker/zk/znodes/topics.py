@@ -1,7 +1,7 @@
 """The znodes of topics and their administration: assignments (``/brokers/topics/<t>``),
 partition states, topic configs and their change notifications, the admin requests
 (deletion, legacy reassignment and preferred election) and ISR-change notifications. Format and
-conventions as described in :mod:`broker.controller.znodes`.
+conventions as described in :mod:`broker.zk.znodes`.
 
 Concurrency: values are immutable; functions are pure.
 """
@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from broker.controller.znodes.common import (
+from broker.types import TopicPartition
+from broker.zk.znodes.common import (
     BROKER_TOPICS_PATH,
     CONFIG_CHANGES_PATH,
     CONFIG_TOPICS_PATH,
@@ -33,7 +34,6 @@ from broker.controller.znodes.common import (
     partitions_to_json,
     uuid_to_kafka_str,
 )
-from broker.types import TopicPartition
 
 # --------------------------------------------------------------------------- topics
 

@@ -3,7 +3,7 @@
 :class:`ZkOperations` lists Kafka's ZooKeeper operations (Kafka 3.9's ``KafkaZkClient``) that
 the broker (``broker.server``), the controller (``broker.controller``) and the broker-side
 topic-config manager (``broker.metadata.topic_configs``) use. Two implementations exist:
-:class:`broker.controller.zk_client.ZkClient` over a real ZooKeeper session (kazoo), and the
+:class:`broker.zk.client.ZkClient` over a real ZooKeeper session (kazoo), and the
 in-memory fake of the unit tests (``tests/fakes/zookeeper.py``). Code that only *uses*
 ZooKeeper depends on this module, never on kazoo.
 
@@ -11,7 +11,7 @@ Besides the protocol this module holds the values and errors both implementation
 error hierarchy (:class:`ZkError` and its subclasses), the connection state
 (:class:`ZkState`), a decoded znode with its version (:class:`Versioned`) and the handle a
 watch returns (:class:`WatchHandle`). Topic-level errors (``TopicExistsError``,
-``InvalidTopicError``) are the broker-wide ones of :mod:`broker.controller.topic_admin`.
+``InvalidTopicError``) are the broker-wide ones of :mod:`broker.topic_names`.
 
 Contract of every implementation: coroutines run on the caller's event loop; watch callbacks
 and session callbacks run on that loop, never on another thread; a ``watch_*`` callback is
@@ -30,13 +30,13 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
-from broker.controller.znodes import (
+from broker.types import TopicPartition
+from broker.zk.znodes import (
     BrokerIdZNode,
     ConfigChangeNotificationZNode,
     PartitionState,
     TopicZNode,
 )
-from broker.types import TopicPartition
 
 T = TypeVar("T")
 
@@ -123,7 +123,7 @@ class WatchHandle:
 class ZkOperations(Protocol):
     """Kafka's ZooKeeper operations used by the broker, its controller and its topic configs.
 
-    Semantics are those documented on :class:`broker.controller.zk_client.ZkClient`.
+    Semantics are those documented on :class:`broker.zk.client.ZkClient`.
     """
 
     # --- session

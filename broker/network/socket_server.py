@@ -1,4 +1,5 @@
-"""The asyncio socket server: the listener and the set of its connections.
+"""The asyncio socket server (Kafka's ``SocketServer``): the listener and the set of its
+connections. (Kafka's ``KafkaServer``, the broker itself, is :class:`broker.server.Broker`.)
 
 Each accepted connection is a :class:`~broker.network.connection.Connection` (an
 ``asyncio.Protocol``): frames are cut out of the received bytes and each request's handler
@@ -26,16 +27,16 @@ __all__ = [
     "CloseConnection",
     "ConnectionInfo",
     "FileRegion",
-    "KafkaServer",
     "RequestHandler",
     "Response",
+    "SocketServer",
     "sendfile_now",
 ]
 
 log = logging.getLogger(__name__)
 
 
-class KafkaServer:
+class SocketServer:
     """Listens on one address and serves Kafka requests with ``handler``."""
 
     def __init__(

@@ -3,9 +3,10 @@
 Theory of operation
 -------------------
 kazoo is a blocking client with its own threads (a connection thread and a callback
-thread). The ``zk_*`` modules of this package are the only ones that import it (DESIGN.md
-section 2); this one owns the session, and :mod:`broker.controller.zk_client` /
-:mod:`broker.controller.zk_topics` build Kafka's ZooKeeper operations on top of it.
+thread). The client modules of this package (this one, ``client``, ``topics`` and
+``security``) are the only ones that import it (DESIGN.md section 2); this one owns the
+session, and :mod:`broker.zk.client` / :mod:`broker.zk.topics` build Kafka's ZooKeeper
+operations on top of it.
 
 Each operation is a coroutine that runs one *blocking helper* in a worker thread with
 ``asyncio.to_thread`` through :meth:`ZkSession._run`; a helper may issue several ZooKeeper
@@ -54,7 +55,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry, RetryFailedError
 
-from broker.controller.zk_interface import (
+from broker.zk.interface import (
     SessionCallback,
     StateCallback,
     WatchHandle,
