@@ -40,7 +40,7 @@ browser:
 
 # The editable install also compiles the C extensions (setup.py): the reader's record
 # decoder, the writer's batch encoder and the broker's request and record checks.
-$(STAMP): pyproject.toml setup.py spark_connector/_native_records.c spark_connector/_native_batches.c broker/protocol/_record_check.c broker/protocol/_request_check.c broker/log/cleaner/_native_cleaner.c
+$(STAMP): pyproject.toml setup.py spark_connector/records/_native_records.c spark_connector/records/_native_batches.c broker/protocol/_record_check.c broker/protocol/_request_check.c broker/log/cleaner/_native_cleaner.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
@@ -103,7 +103,9 @@ demo: setup
 # format("millrace") reads over SASL_SSL beside PLAINTEXT on one broker; bench/failover.py: the
 # unavailability after SIGKILL of a partition leader, 20 kills, beside Kafka; bench/metrics_cost.py:
 # throughput and broker CPU with metrics on (scraped every second) and off; bench/first_batch.py: a
-# streaming query's first micro-batch, format("millrace") beside format("kafka"); bench/startup_memory.py:
+# streaming query's first micro-batch, format("millrace") beside format("kafka"); bench/produce_cpu.py:
+# broker CPU per GB produced in 1 MB batches (acks=1, and acks=all RF=3); bench/scale_partitions.py:
+# 10,000 partitions RF=3 on 3 brokers (creation, idle CPU, RSS, files, controller failover); bench/startup_memory.py:
 # a broker's peak RSS during start-up against its steady RSS, empty and with data. Progress on stderr.
 # (python -m bench.compaction --quick: the same at 50 MB, about a minute, into /tmp;
 # python -m bench.aggregates --quick: reduced sizes, a few minutes, into /tmp.)
@@ -123,6 +125,8 @@ bench: setup
 	$(PY) -m bench.metrics_cost --records 1000000 --small 5000 --runs 9
 	$(PY) -m bench.startup_memory --runs 3 --settle 60
 	$(PY) -m bench.first_batch --records 10000 --partitions 3 --runs 5
+	$(PY) -m bench.produce_cpu --gb 1 --runs 3 --profile
+	$(PY) -m bench.scale_partitions --partitions 10000 --runs 1
 
 # Workloads 1-6 side by side at reduced sizes (under five minutes), into
 # /tmp/millrace-bench-quick.md and /tmp/millrace-bench-quick/; BENCHMARKS.md is not touched.

@@ -4,12 +4,13 @@
 decodes it (falling back to ``request_walk._walk_py``).
 ``broker.protocol._record_check`` walks the records of a produced batch to validate them
 (falling back to ``records._check_records_py``).
-``spark_connector._native_records`` decodes Kafka record batches into Arrow buffers for the
-fetch reader; ``spark_connector._native_batches`` encodes Arrow columns as record batches for
-the writer (falling back to ``record_encoder``'s pure-Python functions).
+``spark_connector.records._native_records`` decodes Kafka record batches into Arrow buffers
+for the fetch reader; ``spark_connector.records._native_batches`` encodes Arrow columns as
+record batches for the writer (falling back to ``spark_connector.records.encoder``'s
+pure-Python functions).
 ``broker.log.cleaner._native_cleaner`` is the log cleaner's record scan and offset map (falling
 back to the pure-Python cleaner, its reference). It is optional: without a C compiler the install still succeeds and
-``spark_connector.record_batches`` falls back to its pure-Python decoder (logging a warning).
+``spark_connector.records.decoder`` falls back to its pure-Python decoder (logging a warning).
 """
 
 from setuptools import Extension, setup
@@ -29,14 +30,14 @@ setup(
             optional=True,
         ),
         Extension(
-            "spark_connector._native_records",
-            ["spark_connector/_native_records.c"],
+            "spark_connector.records._native_records",
+            ["spark_connector/records/_native_records.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(
-            "spark_connector._native_batches",
-            ["spark_connector/_native_batches.c"],
+            "spark_connector.records._native_batches",
+            ["spark_connector/records/_native_batches.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

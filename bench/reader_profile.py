@@ -5,7 +5,7 @@ What runs: one Millrace broker (``millrace cluster up``), a 1-partition topic lo
 ``--records`` 100-byte records by kafka-producer-perf-test (acks=1), then for each fetcher
 (``librdkafka``: a confluent-kafka consumer per task, the path before issue 16; ``direct``:
 record batches fetched and decoded into Arrow natively) a child process that runs
-:func:`spark_connector.reader.read_range` over the whole partition, exactly what a Spark task
+:func:`spark_connector.read.consumer.read_range` over the whole partition, exactly what a Spark task
 runs minus Spark, sampled by py-spy from its start (``hotspots.launch_profiled``), while a
 second py-spy samples the broker (``hotspots.start``). The broker's CPU seconds per GB read
 come from ``/proc`` around each read.
@@ -36,9 +36,9 @@ FETCHERS = ("librdkafka", "direct")
 def _child(bootstrap: str, topic: str, records: int, fetcher: str, result: Path) -> None:
     """Read the whole partition as one task would; write rows and seconds to ``result``."""
 
-    from spark_connector.options import parse_read_options
-    from spark_connector.planner import OffsetRange
-    from spark_connector.reader import read_range, record_schema
+    from spark_connector.read.consumer import read_range, record_schema
+    from spark_connector.read.options import parse_read_options
+    from spark_connector.read.planner import OffsetRange
 
     schema = record_schema()
     options = parse_read_options(

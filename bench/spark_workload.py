@@ -182,7 +182,7 @@ class _ArrowSourceReader(DataSourceReader):
     def read(self, partition: Any) -> Any:
         import pyarrow as pa
 
-        from spark_connector.reader import arrow_schema
+        from spark_connector.read.reader import arrow_schema
 
         schema = arrow_schema(self.schema)
         size = 10_000

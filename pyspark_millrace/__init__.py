@@ -2,7 +2,7 @@
 ``DefaultSource`` as a Python data source, so ``.format("millrace")`` works without calling
 ``spark_connector.register``."""
 
-from spark_connector.datasource import MillraceDataSource
+from spark_connector import MillraceDataSource
 
 DefaultSource = MillraceDataSource
 

@@ -2,12 +2,32 @@
 
 A PySpark (4.2) Python Data Source named ``millrace``. Options, schema and semantics follow
 Spark's built-in Kafka connector (spark-sql-kafka-0-10), so a job moves over by changing the
-format name. It speaks only the standard Kafka protocol (its own wire client,
-:mod:`spark_connector.kafka`, and confluent-kafka), so it reads and writes Apache Kafka as well
-as Millrace. It never imports the broker.
+format name. It speaks only the standard Kafka protocol, so it reads and writes Apache Kafka
+as well as Millrace: its own wire client (:mod:`spark_connector.kafka`) fetches and produces
+whole record batches, decoded from and encoded to Arrow in C (:mod:`spark_connector.records`);
+librdkafka (confluent-kafka) does the driver's offset look-ups and the fallback paths (a SASL
+mechanism the wire client does not speak, ``fetcher=librdkafka``, ``producer=librdkafka``).
+It never imports the broker.
 
-The format is found without registration when this project is installed (Spark discovers the
-top-level module ``pyspark_millrace``); :func:`register` registers it explicitly.
+Public API: the names in ``__all__``, all of them here, and the module
+:mod:`spark_connector.session` (SparkSessions with Delta's and Spark's Kafka jars:
+``delta_session``, ``configure``, ``submit_args``; ``python -m spark_connector.session``).
+
+* :func:`register`: register the format with a ``SparkSession`` (rarely needed: Spark finds
+  it through the top-level module ``pyspark_millrace`` when this project is installed);
+* :class:`MillraceDataSource`: the data source itself (``spark.dataSource.register``);
+* :func:`write_batch`: exactly-once writes from ``foreachBatch``, any number of sinks per
+  batch (``docs/exactly-once.md``);
+* :func:`upsert_to`, :func:`upsert_batch`, :func:`as_upserts`: aggregates upserted into
+  compacted topics, exactly once.
+
+Everything else is internal and may move; the packages inside:
+:mod:`~spark_connector.kafka` (the wire client), :mod:`~spark_connector.records` (record
+batches <-> Arrow, with the native modules), :mod:`~spark_connector.read` (options,
+planning, the consumer, the readers), :mod:`~spark_connector.write` (plan, producers'
+write paths, the writers), :mod:`~spark_connector.exactly_once` (the exactly-once sink),
+:mod:`~spark_connector.tables` (upserts, ``readAs=table``); on top
+:mod:`~spark_connector.datasource` and :mod:`~spark_connector.option_names`.
 
 Runnable example (a broker on 127.0.0.1:9092 with a topic ``events``)::
 
@@ -38,11 +58,6 @@ Runnable example (a broker on 127.0.0.1:9092 with a topic ``events``)::
          .start())
     q.awaitTermination()
 
-Exactly once (``docs/exactly-once.md``): ``deliveryGuarantee=exactly-once`` on a streaming
-write, and :func:`write_batch` inside ``foreachBatch`` (any number of sinks per batch). Aggregates upserted into compacted
-topics: :func:`upsert_to` (``foreachBatch`` in update mode) and :func:`as_upserts`
-(:mod:`spark_connector.upserts`).
-
 Importing the package first imports ``kio`` without the Hypothesis hooks (:mod:`kio_loader`):
 with the test tools installed they cost every new Spark Python worker ~1.5 s and ~230 MB.
 """
@@ -58,7 +73,7 @@ import_kio_without_hypothesis()
 if TYPE_CHECKING:
     from spark_connector.datasource import MillraceDataSource
     from spark_connector.exactly_once.foreach_batch import write_batch
-    from spark_connector.upserts import as_upserts, upsert_batch, upsert_to
+    from spark_connector.tables.upserts import as_upserts, upsert_batch, upsert_to
 
 __all__ = [
     "MillraceDataSource",
@@ -74,9 +89,9 @@ __all__ = [
 _LAZY = {
     "MillraceDataSource": "spark_connector.datasource",
     "write_batch": "spark_connector.exactly_once.foreach_batch",
-    "as_upserts": "spark_connector.upserts",
-    "upsert_batch": "spark_connector.upserts",
-    "upsert_to": "spark_connector.upserts",
+    "as_upserts": "spark_connector.tables.upserts",
+    "upsert_batch": "spark_connector.tables.upserts",
+    "upsert_to": "spark_connector.tables.upserts",
 }
 
 

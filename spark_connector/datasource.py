@@ -24,7 +24,12 @@ from pyspark.sql.types import StructType
 
 from spark_connector.exactly_once.settings import RUN_OPTION
 from spark_connector.option_names import READ_OPTIONS, WRITE_OPTIONS, warn_unknown_options
-from spark_connector.options import bool_option, lower_keys, parse_read_options, validate_common
+from spark_connector.read.options import (
+    bool_option,
+    lower_keys,
+    parse_read_options,
+    validate_common,
+)
 
 KAFKA_SCHEMA_DDL = (
     "key binary, value binary, topic string, partition int, offset long, "
@@ -71,25 +76,25 @@ class MillraceDataSource(DataSource):
         return KAFKA_SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from spark_connector.reader import MillraceBatchReader
+        from spark_connector.read.reader import MillraceBatchReader
 
         warn_unknown_options(self.options, READ_OPTIONS, "for reads")
         return MillraceBatchReader(parse_read_options(self.options, streaming=False), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from spark_connector.reader import MillraceStreamReader
+        from spark_connector.read.reader import MillraceStreamReader
 
         warn_unknown_options(self.options, READ_OPTIONS, "for reads")
         return MillraceStreamReader(parse_read_options(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from spark_connector.writer import MillraceBatchWriter
+        from spark_connector.write.writer import MillraceBatchWriter
 
         warn_unknown_options(self.options, WRITE_OPTIONS, "for writes")
         return MillraceBatchWriter(self.options, schema, self.run)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from spark_connector.writer import MillraceStreamWriter
+        from spark_connector.write.writer import MillraceStreamWriter
 
         warn_unknown_options(self.options, WRITE_OPTIONS, "for writes")
         return MillraceStreamWriter(self.options, schema, self.run)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 
 __all__ = ["READ_OPTIONS", "WRITE_OPTIONS", "warn_unknown_options"]
 
-log = logging.getLogger("spark_connector.options")
+log = logging.getLogger("spark_connector.read.options")
 
 READ_OPTIONS = frozenset(
     {

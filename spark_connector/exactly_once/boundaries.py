@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from spark_connector.kafka.cluster import Cluster
 from spark_connector.kafka.errors import AUTHORIZATION_FAILED, error_name
 from spark_connector.kafka.topics import create_topic
-from spark_connector.partitioner import partition_for_key
+from spark_connector.records.partitioner import partition_for_key
 
 if TYPE_CHECKING:
     from kafka_security.client_security import ClientSecurity
@@ -337,7 +337,7 @@ class ProgressLog:
     ) -> list[Boundary]:
         """The boundaries of ``topic`` at offsets ``lo <= offset < hi``."""
         from spark_connector.kafka import fetcher as f
-        from spark_connector.record_batches import committed_records, iter_batches
+        from spark_connector.records.decoder import committed_records, iter_batches
 
         assert isinstance(fetcher, f.PartitionFetcher)
         key = topic.encode()
@@ -449,7 +449,7 @@ def produce_boundaries(
     """Append ``boundaries`` as progress records to ``producer`` (the driver's transactional
     producer; ``partitions``: the progress topic's partition count), one record batch per
     progress partition, and wait until they are acknowledged."""
-    from spark_connector.record_encoder import build_batch, encode_key_values
+    from spark_connector.records.encoder import build_batch, encode_key_values
 
     by_partition: dict[int, list[Boundary]] = {}
     for b in boundaries:

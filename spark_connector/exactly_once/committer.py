@@ -61,7 +61,7 @@ from spark_connector.exactly_once.sink_log import (
 from spark_connector.kafka.producer import BatchProducer, ProduceError
 from spark_connector.kafka.topics import end_offsets
 from spark_connector.kafka.transactions import OpenTransaction, TxnClient, TxnError
-from spark_connector.write_outcome import TaskTransaction
+from spark_connector.write.outcome import TaskTransaction
 
 if TYPE_CHECKING:
     from kafka_security.client_security import ClientSecurity

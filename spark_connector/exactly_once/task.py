@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_connector.batch_write import Transactional, write_rows
 from spark_connector.exactly_once.settings import ExactlyOnce
 from spark_connector.kafka.transactions import OpenTransaction
-from spark_connector.write_outcome import MillraceWriteCommitMessage, TaskTransaction
-from spark_connector.write_plan import BatchSettings, WritePlan
+from spark_connector.write.batch_write import Transactional, write_rows
+from spark_connector.write.outcome import MillraceWriteCommitMessage, TaskTransaction
+from spark_connector.write.plan import BatchSettings, WritePlan
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GROUP",
     "TRANSACTION",
+    "WIRE_ERRORS",
     "Cluster",
     "PartitionInfo",
     "TopicInfo",
@@ -63,7 +64,7 @@ T = TypeVar("T")
 GROUP, TRANSACTION = 0, 1
 """FindCoordinator key types."""
 
-_WIRE_ERRORS = (OSError, ConnectionError, struct.error, EOFError)
+WIRE_ERRORS = (OSError, ConnectionError, struct.error, EOFError)
 """What a failed exchange on one connection raises (``socket.timeout`` is an ``OSError``)."""
 
 
@@ -132,11 +133,27 @@ class Cluster:
         """The open connection to ``address`` (made now if there is none)."""
         conn = self._connections.get(address)
         if conn is None:
-            conn = Connection(
-                address[0], address[1], self.request_timeout_s, self.client_id, self.security
-            )
+            conn = self.open_connection(address)
             self._connections[address] = conn
         return conn
+
+    def open_connection(
+        self,
+        address: tuple[str, int],
+        timeout_s: float | None = None,
+        client_id: str | None = None,
+    ) -> Connection:
+        """A new connection to ``address`` with the cluster's security, owned (and closed) by
+        the caller: for requests pipelined on a connection of their own (the fetcher's Fetch,
+        the producer's Produce); the cluster's connections carry one request at a time.
+        ``timeout_s`` and ``client_id`` default to the cluster's."""
+        return Connection(
+            address[0],
+            address[1],
+            self.request_timeout_s if timeout_s is None else timeout_s,
+            self.client_id if client_id is None else client_id,
+            self.security,
+        )
 
     def drop(self, address: tuple[str, int]) -> None:
         """Close the connection to ``address`` (after a failure on it)."""
@@ -149,7 +166,7 @@ class Cluster:
         drops the connection and raises ``ConnectionError``."""
         try:
             response = self.connection(address).request(entity)
-        except _WIRE_ERRORS as exc:
+        except WIRE_ERRORS as exc:
             self.drop(address)
             raise ConnectionError(f"{address[0]}:{address[1]}: {_describe(exc)}") from exc
         self._answered = True
@@ -274,7 +291,7 @@ class Cluster:
         while True:
             try:
                 return attempt()
-            except (Retriable, *_WIRE_ERRORS) as exc:
+            except (Retriable, *WIRE_ERRORS) as exc:
                 if time.monotonic() + delay > deadline:
                     raise self._gave_up(what, exc, time.monotonic() - started) from exc
                 time.sleep(delay)

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 __all__ = [
     "AUTHORIZATION_FAILED",
+    "CONNECTION_ERROR",
     "COORDINATOR_MOVED",
     "FENCED",
+    "FETCH_LEADER_MOVED",
     "LEADER_MOVED",
     "NONE",
+    "OFFSET_OUT_OF_RANGE",
     "RETRIABLE_COORDINATOR",
     "AuthenticationError",
     "AuthorizationError",
@@ -23,12 +26,22 @@ __all__ = [
 ]
 
 NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+
+CONNECTION_ERROR = -10_000
+"""The error code of a result whose request failed on the network (not a Kafka code)."""
 
 LEADER_MOVED = frozenset({3, 5, 6, 7, 13, 19, 20, 56, 74, 75})
 """UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
 NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS(_AFTER_APPEND), KAFKA_STORAGE_ERROR,
 FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH: a partition request the Java clients retry after
 looking the leader up again."""
+
+FETCH_LEADER_MOVED = frozenset({3, 5, 6, 9, 19, 56, 74, 75, 78})
+"""UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER,
+REPLICA_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS, KAFKA_STORAGE_ERROR, FENCED_LEADER_EPOCH,
+UNKNOWN_LEADER_EPOCH, OFFSET_NOT_AVAILABLE: a Fetch or ListOffsets the fetcher retries after
+looking the leader up again (the leader moved or is moving)."""
 
 COORDINATOR_MOVED = frozenset({15, 16})
 """COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: look the coordinator up again."""
@@ -47,8 +60,12 @@ AUTHORIZATION_FAILED = frozenset({29, 30, 31, 53})
 
 
 def error_name(code: int) -> str:
-    """Kafka's name of an error code (``NOT_COORDINATOR``), or ``error code N``."""
+    """Kafka's name of an error code (``NOT_COORDINATOR``), or ``error code N``
+    (:data:`CONNECTION_ERROR`: ``connection failed``)."""
     from kio.schema.errors import ErrorCode
+
+    if code == CONNECTION_ERROR:
+        return "connection failed"
 
     try:
         return ErrorCode(int(code)).name.upper()

@@ -1,11 +1,11 @@
 """Fetching one partition's record batches, raw: the reader's fast path.
 
-A reading task (:func:`spark_connector.reader.read_range`) reads one offset range of one
+A reading task (:func:`spark_connector.read.consumer.read_range`) reads one offset range of one
 partition. :class:`PartitionFetcher` talks to that partition's leader directly with the
 Kafka protocol (leaders from the connector's wire-client core,
 :class:`~spark_connector.kafka.cluster.Cluster`), so the task receives whole record batches (a Fetch response's ``records``
 blob) and decodes them straight into Arrow columns
-(:mod:`spark_connector.record_batches`), instead of one client ``Message`` object per record.
+(:mod:`spark_connector.records.decoder`), instead of one client ``Message`` object per record.
 
 Requests (hand-encoded, non-flexible versions every Kafka since 2.3 and Millrace serve):
 Fetch v11 (no fetch session: ``session_epoch`` -1, one partition, ``isolation_level`` as
@@ -23,7 +23,12 @@ FENCED/UNKNOWN_LEADER_EPOCH, REPLICA_NOT_AVAILABLE, KAFKA_STORAGE_ERROR,
 NOT_ENOUGH_REPLICAS, OFFSET_NOT_AVAILABLE) drops the connection and looks the leader up
 again; the result carries the error code so the caller decides (it retries until its
 no-progress timeout). OFFSET_OUT_OF_RANGE is returned to the caller, which checks the log
-bounds again (data loss).
+bounds again (data loss). ListOffsets (:meth:`PartitionFetcher.watermarks`) is retried under
+the caller's deadline by :meth:`~spark_connector.kafka.cluster.Cluster.retrying`, as every
+other request of the wire client; error codes and names are
+:mod:`spark_connector.kafka.errors`' (``FETCH_LEADER_MOVED``, ``CONNECTION_ERROR``). The
+connection to the leader is the fetcher's own (requests are pipelined on it), opened by
+:meth:`~spark_connector.kafka.cluster.Cluster.open_connection`.
 
 Security: the fetcher's connection to the leader carries the TLS and SASL settings of its
 :class:`~spark_connector.kafka.cluster.Cluster` (``security``, or the shared cluster's). A topic
@@ -40,54 +45,45 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_connector.kafka.cluster import Cluster, Unreachable
-from spark_connector.kafka.connection import Connection
-from spark_connector.kafka.errors import AUTHORIZATION_FAILED
+from spark_connector.kafka.cluster import WIRE_ERRORS, Cluster, Unreachable
+from spark_connector.kafka.errors import (
+    AUTHORIZATION_FAILED,
+    CONNECTION_ERROR,
+    FETCH_LEADER_MOVED,
+    NONE,
+    OFFSET_OUT_OF_RANGE,
+    KafkaRequestError,
+    Retriable,
+    error_name,
+)
 
 if TYPE_CHECKING:
     from kafka_security.client_security import ClientSecurity
+    from spark_connector.kafka.connection import Connection
 
-__all__ = ["RETRIABLE", "FetchResult", "FetcherError", "PartitionFetcher"]
+__all__ = [
+    "CONNECTION_ERROR",
+    "NONE",
+    "OFFSET_OUT_OF_RANGE",
+    "RETRIABLE",
+    "FetchResult",
+    "FetcherError",
+    "PartitionFetcher",
+    "error_name",
+]
 
 FETCH, LIST_OFFSETS = 1, 2
 FETCH_VERSION, LIST_OFFSETS_VERSION = 11, 4
 EARLIEST, LATEST = -2, -1
 
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-RETRIABLE = frozenset({3, 5, 6, 9, 19, 56, 74, 75, 78})
-"""UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER,
-REPLICA_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS, KAFKA_STORAGE_ERROR, FENCED_LEADER_EPOCH,
-UNKNOWN_LEADER_EPOCH, OFFSET_NOT_AVAILABLE: the leader moved or is moving."""
-CONNECTION_ERROR = -10_000
-"""The error code of a result whose request failed on the network (not a Kafka code)."""
-
-_ERROR_NAMES = {
-    1: "OFFSET_OUT_OF_RANGE",
-    3: "UNKNOWN_TOPIC_OR_PARTITION",
-    5: "LEADER_NOT_AVAILABLE",
-    6: "NOT_LEADER_OR_FOLLOWER",
-    9: "REPLICA_NOT_AVAILABLE",
-    19: "NOT_ENOUGH_REPLICAS",
-    29: "TOPIC_AUTHORIZATION_FAILED",
-    30: "GROUP_AUTHORIZATION_FAILED",
-    31: "CLUSTER_AUTHORIZATION_FAILED",
-    56: "KAFKA_STORAGE_ERROR",
-    74: "FENCED_LEADER_EPOCH",
-    75: "UNKNOWN_LEADER_EPOCH",
-    78: "OFFSET_NOT_AVAILABLE",
-    CONNECTION_ERROR: "connection failed",
-}
+RETRIABLE = FETCH_LEADER_MOVED
+"""The partition errors after which the fetcher looks the leader up again (the caller retries
+until its no-progress timeout)."""
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqqq")  # index, error, high watermark, LSO, log start
 _ABORTED = struct.Struct(">qq")  # producer id, first offset
-
-
-def error_name(code: int) -> str:
-    """Kafka's name of an error code (the number when this module does not know it)."""
-    return _ERROR_NAMES.get(code, f"error code {code}")
 
 
 class FetcherError(RuntimeError):
@@ -172,8 +168,8 @@ class PartitionFetcher:
         try:
             self._cluster.refresh([self.topic])
         except Unreachable as exc:
-            raise _Retriable(
-                f"no broker of {self._cluster.bootstrap_text} answered: {exc}", CONNECTION_ERROR
+            raise Retriable(
+                f"no broker of {self._cluster.bootstrap_text} answered ({exc})", CONNECTION_ERROR
             ) from exc
         info = self._cluster.topics.get(self.topic)
         if info is not None and info.error in AUTHORIZATION_FAILED:
@@ -183,18 +179,16 @@ class PartitionFetcher:
             )
         address = self._cluster.leader_address(self.topic, self.partition)
         if address is None:
-            raise _Retriable(f"{self.topic}[{self.partition}] has no leader", 5)
+            raise Retriable(f"{self.topic}[{self.partition}] has no leader", 5)
         return address
 
     def _connection(self) -> Connection:
         if self._conn is None:
             leader = self._find_leader()
             try:
-                self._conn = Connection(
-                    leader[0], leader[1], self._timeout_s, self._client_id, self._cluster.security
-                )
+                self._conn = self._cluster.open_connection(leader, self._timeout_s, self._client_id)
             except OSError as exc:
-                raise _Retriable(f"leader {leader}: {exc}", CONNECTION_ERROR) from exc
+                raise Retriable(f"leader {leader} ({exc})", CONNECTION_ERROR) from exc
             self._leader = leader
         return self._conn
 
@@ -231,7 +225,7 @@ class PartitionFetcher:
                 if index != self.partition:
                     continue
                 if error in RETRIABLE:
-                    raise _Retriable(f"ListOffsets: {error_name(error)}", error)
+                    raise Retriable("ListOffsets", error)
                 if error != NONE:
                     raise FetcherError(
                         f"ListOffsets {self.topic}[{self.partition}]: {error_name(error)}"
@@ -242,18 +236,21 @@ class PartitionFetcher:
     def watermarks(self, deadline: float) -> tuple[int, int]:
         """``(log start offset, end offset)``; the end is the last stable offset under
         read_committed. Retries a moved leader until ``deadline`` (``time.monotonic()``)."""
-        delay = 0.05
-        while True:
+        where = f"{self.topic}[{self.partition}]"
+
+        def attempt() -> tuple[int, int]:
             try:
                 return self._list_offset(EARLIEST), self._list_offset(LATEST)
-            except (_Retriable, OSError, ConnectionError, struct.error) as exc:
+            except (Retriable, *WIRE_ERRORS):
                 self._drop()
-                if time.monotonic() + delay > deadline:
-                    raise FetcherError(
-                        f"{self.topic}[{self.partition}]: no answer to ListOffsets: {exc}"
-                    ) from exc
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                raise
+
+        try:
+            return self._cluster.retrying(
+                f"{where}: ListOffsets", attempt, deadline - time.monotonic()
+            )
+        except KafkaRequestError as exc:
+            raise FetcherError(f"{where}: no answer to ListOffsets: {exc}") from exc
 
     # --- Fetch -----------------------------------------------------------------------------
 
@@ -287,7 +284,7 @@ class PartitionFetcher:
         try:
             self._connection().send(FETCH, FETCH_VERSION, self._fetch_body(offset))
             self._pending = offset
-        except (_Retriable, OSError, ConnectionError):
+        except (Retriable, OSError, ConnectionError):
             self._drop()
 
     def fetch(self, offset: int) -> FetchResult:
@@ -304,7 +301,7 @@ class PartitionFetcher:
             assert self._conn is not None
             frame = self._conn.receive()
             self._pending = None
-        except _Retriable as exc:
+        except Retriable as exc:
             self._drop()
             return FetchResult(exc.code)
         except (OSError, ConnectionError, struct.error):
@@ -348,9 +345,3 @@ class PartitionFetcher:
                 if index == self.partition:
                     return FetchResult(err, high, lso, log_start, aborted, records)
         return FetchResult(CONNECTION_ERROR)
-
-
-class _Retriable(Exception):
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code

@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from spark_connector.kafka.fetcher import NONE, RETRIABLE, PartitionFetcher
-from spark_connector.record_batches import is_abort_marker, iter_batches, records_section
+from spark_connector.records.decoder import is_abort_marker, iter_batches, records_section
 
 if TYPE_CHECKING:
     from kafka_security.client_security import ClientSecurity

@@ -4,7 +4,7 @@ writer's fast path, for at-least-once and for exactly-once writes.
 Theory of operation
 -------------------
 The writer encodes each Arrow batch's rows into v2 records, a partition at a time
-(:mod:`spark_connector.record_encoder`), and hands them to :meth:`BatchProducer.append_records`
+(:mod:`spark_connector.records.encoder`), and hands them to :meth:`BatchProducer.append_records`
 (or a whole built batch to :meth:`BatchProducer.append`); :meth:`BatchProducer.flush` returns
 when every batch is acknowledged, or raises :class:`ProduceError`. It speaks the standard
 protocol through the connector's wire-client core
@@ -459,7 +459,7 @@ class BatchProducer:
 
     def _build(self, batch: _Batch) -> bytes:
         """The whole record batch of an open one (see the module docstring)."""
-        from spark_connector.record_encoder import build_batch
+        from spark_connector.records.encoder import build_batch
 
         return build_batch(
             b"".join(batch.parts),

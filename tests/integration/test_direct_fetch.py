@@ -3,7 +3,7 @@ confluent-kafka consumer reads (``fetcher=librdkafka``), from Millrace and from 
 3.9.1: every codec, null keys and values, headers, create and log-append time, committed and
 aborted transactions under both isolation levels, ranges starting and ending inside batches.
 
-``read_range`` is what a Spark task runs (``spark_connector.reader``); calling it here needs
+``read_range`` is what a Spark task runs (``spark_connector.read.consumer``); calling it here needs
 no Spark. Apache Kafka is the JVM started from ``make setup``'s jars on the module cluster's
 ZooKeeper under a chroot, stopped by its own pid afterwards."""
 
@@ -16,9 +16,9 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 
-from spark_connector.options import parse_read_options
-from spark_connector.planner import OffsetRange
-from spark_connector.reader import read_range, record_schema
+from spark_connector.read.consumer import read_range, record_schema
+from spark_connector.read.options import parse_read_options
+from spark_connector.read.planner import OffsetRange
 
 pytestmark = pytest.mark.integration
 

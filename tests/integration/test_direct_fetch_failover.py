@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 
-from spark_connector.options import parse_read_options
-from spark_connector.planner import OffsetRange
-from spark_connector.reader import ARROW_BATCH_ROWS, read_range, record_schema
+from spark_connector.read.consumer import ARROW_BATCH_ROWS, read_range, record_schema
+from spark_connector.read.options import parse_read_options
+from spark_connector.read.planner import OffsetRange
 from tests.harness.cluster import Cluster
 
 PROPS = {

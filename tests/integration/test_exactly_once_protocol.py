@@ -50,8 +50,8 @@ from spark_connector.exactly_once.settings import ExactlyOnce, ExactlyOnceError,
 from spark_connector.exactly_once.sink_log import SinkLog, new_run_name
 from spark_connector.exactly_once.task import TaskIdentity, write_exactly_once
 from spark_connector.kafka.transactions import TxnClient
-from spark_connector.write_outcome import TaskTransaction
-from spark_connector.write_plan import BatchSettings, batch_settings, plan_write
+from spark_connector.write.outcome import TaskTransaction
+from spark_connector.write.plan import BatchSettings, batch_settings, plan_write
 
 pytestmark = [
     pytest.mark.integration,
@@ -324,7 +324,7 @@ def test_stage_retry_zombie_before_the_live_task_is_fenced_by_it(sink: Sink) -> 
     InitProducerId fences it; the zombie's later writes fail and its rows are aborted."""
     eos = sink.planned()
     plan = plan_write(sink._options(), SCHEMA)
-    from spark_connector.batch_write import Transactional, write_rows
+    from spark_connector.write.batch_write import Transactional, write_rows
 
     txn_id = eos.task_transactional_id(0, 1)
     zombie_arrow = pa.record_batch(

@@ -1,4 +1,4 @@
-"""Property tests: the Spark writer's record encoder (``spark_connector.record_encoder``).
+"""Property tests: the Spark writer's record encoder (``spark_connector.records.encoder``).
 
 * The C extension ``_native_batches`` encodes and partitions exactly as the pure-Python
   reference (``encode_records_py``, ``partition_keys_py``), for string and binary Arrow
@@ -26,8 +26,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from broker.protocol import records
-from spark_connector import record_batches, record_encoder
-from spark_connector.partitioner import partition_for_key
+from spark_connector.records import decoder as record_batches
+from spark_connector.records import encoder as record_encoder
+from spark_connector.records.partitioner import partition_for_key
 
 pytestmark = pytest.mark.property
 
@@ -46,7 +47,7 @@ _BIG = 1 << 40
 
 def _native() -> Any:
     if not record_encoder.NATIVE:
-        pytest.skip("spark_connector._native_batches is not built")
+        pytest.skip("spark_connector.records._native_batches is not built")
     return record_encoder._native_batches
 
 

@@ -362,9 +362,9 @@ def test_read_range_gaps_and_data_loss(
     import confluent_kafka
     import pyarrow as pa
 
-    from spark_connector.options import parse_read_options
-    from spark_connector.planner import OffsetRange
-    from spark_connector.reader import read_range
+    from spark_connector.read.consumer import read_range
+    from spark_connector.read.options import parse_read_options
+    from spark_connector.read.planner import OffsetRange
 
     monkeypatch.setattr(_ScriptedConsumer, "offsets", [o for o in [0, 1, 2, 5, 6, 9] if o >= low])
     monkeypatch.setattr(_ScriptedConsumer, "low", low)

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from spark_connector.kafka.security import check_login
-from spark_connector.options import parse_read_options
-from spark_connector.write_plan import BatchSettings, batch_settings, plan_write
+from spark_connector.read.options import parse_read_options
+from spark_connector.write.plan import BatchSettings, batch_settings, plan_write
 
 pytestmark = [
     pytest.mark.spark,

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from spark_connector.partitioner import partition_for_key
+from spark_connector.records.partitioner import partition_for_key
 
 pytestmark = pytest.mark.spark
 

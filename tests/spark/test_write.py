@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pyspark.errors import PySparkException
 
-from spark_connector.partitioner import partition_for_key
+from spark_connector.records.partitioner import partition_for_key
 
 pytestmark = pytest.mark.spark
 
@@ -472,7 +472,7 @@ def test_unknown_producer_option_fails_with_a_clear_message(
 def test_producer_config_defaults_and_overrides() -> None:
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from spark_connector.writer import plan_write, producer_config
+    from spark_connector.write.writer import plan_write, producer_config
 
     schema = StructType([StructField("VALUE", StringType()), StructField("Key", StringType())])
     plan = plan_write({"kafka.bootstrap.servers": "h:1", "topic": "t"}, schema)

@@ -74,7 +74,7 @@ def test_hypothesis_imported_before_the_broker_is_restored(tmp_path: Path) -> No
     "first_import",
     [
         # what a Spark Python worker of a format("millrace") read imports, then a request
-        "import spark_connector.reader, spark_connector.kafka.cluster",
+        "import spark_connector.read.reader, spark_connector.kafka.cluster",
         # the shared security package, used by the broker, the tools and the connector
         "import kafka_security.client_security",
     ],

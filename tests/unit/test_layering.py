@@ -104,11 +104,11 @@ def test_api_does_not_import_network() -> None:
 
 def test_the_checks_catch_violations() -> None:
     sample = (
-        "import asyncio\nfrom broker.network.server import X\n"
+        "import asyncio\nfrom broker.network.socket_server import X\n"
         "def f(p):\n    open(p)\n    return p.read_bytes()\n"
     )
     names = imported_names(sample)
-    assert "asyncio" in names and "broker.network.server" in names
+    assert "asyncio" in names and "broker.network.socket_server" in names
     assert io_calls(sample) == ["open()", "p.read_bytes()"]
     assert io_calls("import io\nio.open('x')\nos.open('y', 0)\n") == ["io.open()", "os.open()"]
     assert io_calls("registry.open_thing()\nwebbrowser.open('u')\n") == []
@@ -118,19 +118,15 @@ def test_log_does_not_import_network_or_api() -> None:
     assert _violations("broker.log", ("broker.network", "broker.api", "broker.server")) == []
 
 
-def test_kazoo_only_in_controller() -> None:
+def test_kazoo_only_in_the_zookeeper_package() -> None:
+    """Only ``broker/zk/`` talks to ZooKeeper; the rest of the broker uses its ``Protocol``
+    (``broker.zk.interface.ZkOperations``) or its client, never kazoo itself."""
     bad = [
-        v
-        for pkg in (
-            "broker.protocol",
-            "broker.log",
-            "broker.network",
-            "broker.api",
-            "broker.replication",
-            "broker.metadata",
-            "broker.coordinator",
-        )
-        for v in _violations(pkg, ("kazoo",))
+        f"{path} imports {name}"
+        for path, names in _imports("broker").items()
+        if not path.startswith("broker/zk/")
+        for name in names
+        if name == "kazoo" or name.startswith("kazoo.")
     ]
     assert bad == []
 
@@ -162,13 +158,7 @@ PACKAGES = (
 )
 """Every package of ours whose imports are checked (tests and scripts are not)."""
 
-KNOWN_CYCLE_EDGES = {
-    ("spark_connector.upserts", "spark_connector"): (
-        "upsert_batch calls spark_connector.write_batch through the package face, whose "
-        "TYPE_CHECKING block names upserts: to go with the connector's restructuring "
-        "(issue 32, item 4), which lists its public API in one place"
-    ),
-}
+KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {}
 """Imports left out of the cycle check, each with why; every one must still exist (a stale
 entry would hide the cycle if it came back)."""
 
@@ -208,6 +198,13 @@ def test_metadata_and_coordinators_do_not_import_the_controller(
         imports_between(graph, ["broker.metadata", "broker.coordinator"], ["broker.controller"])
         == []
     )
+
+
+def test_the_zookeeper_package_imports_none_of_its_users(graph: dict[str, set[str]]) -> None:
+    """``broker/zk/`` (the ZooKeeper client, the znodes, the embedded server) sits below the
+    controller, the metadata followers and the coordinators that use it."""
+    users = ["broker.controller", "broker.metadata", "broker.coordinator", "broker.server"]
+    assert imports_between(graph, ["broker.zk"], users) == []
 
 
 def test_broker_never_imports_the_connector_or_the_jobs(graph: dict[str, set[str]]) -> None:

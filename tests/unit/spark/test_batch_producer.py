@@ -28,12 +28,12 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
-from spark_connector import batch_write
 from spark_connector.kafka import producer as producer_module
 from spark_connector.kafka.producer import BatchProducer
-from spark_connector.record_batches import PyColumns, iter_batches, records_section
-from spark_connector.record_encoder import encode_records
-from spark_connector.write_plan import BatchSettings, batch_settings, plan_write
+from spark_connector.records.decoder import PyColumns, iter_batches, records_section
+from spark_connector.records.encoder import encode_records
+from spark_connector.write import batch_write
+from spark_connector.write.plan import BatchSettings, batch_settings, plan_write
 
 pytestmark = pytest.mark.unit
 
@@ -397,7 +397,7 @@ def _write(
 def _expected(
     rows: tuple[list[str], list[str]], partition: int, partitions: int = 2
 ) -> list[bytes]:
-    from spark_connector.partitioner import partition_for_key
+    from spark_connector.records.partitioner import partition_for_key
 
     keys, values = rows
     return [
@@ -483,7 +483,7 @@ def test_merged_batch_keeps_first_sequence_and_later_timestamps() -> None:
 
 
 def _spec(values: list[str]) -> Any:
-    from spark_connector.record_encoder import column_spec
+    from spark_connector.records.encoder import column_spec
 
     return column_spec(pa.array(values, pa.string()))
 
@@ -664,11 +664,11 @@ def test_records_appended_to_a_batch_encode_as_the_reference(
 ) -> None:
     """The native encoder and the pure-Python reference agree on records that continue a
     batch (offset deltas from ``delta_base``, a timestamp delta), varint widths included."""
-    from spark_connector import record_encoder
+    from spark_connector.records import encoder as record_encoder
 
     if not record_encoder.NATIVE:
         pytest.skip("the native encoder is not built")
-    from spark_connector import _native_batches
+    from spark_connector.records import _native_batches
 
     values = record_encoder.column_spec(pa.array(["a", None, "", "é" * 70, "z"], pa.string()))
     keys = record_encoder.column_spec(pa.array([None, "k", "kk", None, "k" * 200], pa.string()))

@@ -13,7 +13,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from spark_connector.write_plan import (
+from spark_connector.write.plan import (
     BatchSettings,
     WriteOptionError,
     batch_settings,

@@ -18,10 +18,10 @@ from spark_connector.exactly_once.boundaries import (
     next_cut,
     progress_partition,
 )
-from spark_connector.options import parse_read_options
-from spark_connector.partitioner import partition_for_key
-from spark_connector.record_batches import committed_records
-from spark_connector.record_encoder import build_batch, encode_key_values
+from spark_connector.read.options import parse_read_options
+from spark_connector.records.decoder import committed_records
+from spark_connector.records.encoder import build_batch, encode_key_values
+from spark_connector.records.partitioner import partition_for_key
 
 pytestmark = pytest.mark.unit
 

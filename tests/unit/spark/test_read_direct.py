@@ -18,9 +18,9 @@ import pytest
 from broker.protocol.control_records import ControlType, encode_marker_batch
 from broker.protocol.records import SimpleRecord, encode_batch
 from spark_connector.kafka import fetcher as f
-from spark_connector.options import parse_read_options
-from spark_connector.planner import OffsetRange
-from spark_connector.reader import read_range, record_schema
+from spark_connector.read.consumer import read_range, record_schema
+from spark_connector.read.options import parse_read_options
+from spark_connector.read.planner import OffsetRange
 
 pytestmark = pytest.mark.unit
 

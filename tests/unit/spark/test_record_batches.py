@@ -1,4 +1,4 @@
-"""The fetch reader's record decoding (``spark_connector/record_batches.py`` and its C twin
+"""The fetch reader's record decoding (``spark_connector/records/decoder.py`` and its C twin
 ``_native_records.c``): batches found, decompressed and decoded into Arrow buffers; the
 Python and the native builder agree byte for byte, on good input and on malformed input."""
 
@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from broker.protocol import records as broker_records
-from spark_connector import record_batches as rb
-from spark_connector.record_batches import (
+from spark_connector.records import decoder as rb
+from spark_connector.records.decoder import (
     Batch,
     CorruptRecords,
     PyColumns,
@@ -34,7 +34,7 @@ from spark_connector.record_batches import (
 pytestmark = pytest.mark.unit
 
 if rb.NATIVE:
-    from spark_connector._native_records import Columns as NativeColumns
+    from spark_connector.records._native_records import Columns as NativeColumns
 
 needs_native = pytest.mark.skipif(not rb.NATIVE, reason="the native decoder is not built")
 

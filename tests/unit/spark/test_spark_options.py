@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from spark_connector.offsets import TopicPartition
-from spark_connector.options import (
+from spark_connector.read.offsets import TopicPartition
+from spark_connector.read.options import (
     DEFAULT_MAX_TRIGGER_DELAY_MS,
     OffsetKind,
     parse_duration_ms,
@@ -216,7 +216,7 @@ def test_an_unknown_option_is_named_once_with_the_closest_known_one(
         "startingOffset": "earliest",
         "zzqx": "1",
     }
-    with caplog.at_level("WARNING", logger="spark_connector.options"):
+    with caplog.at_level("WARNING", logger="spark_connector.read.options"):
         assert warn_unknown_options(options, READ_OPTIONS, "for reads") == [
             "startingOffset",
             "zzqx",

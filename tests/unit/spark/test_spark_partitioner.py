@@ -12,8 +12,8 @@ import doctest
 
 import pytest
 
-from spark_connector import partitioner
-from spark_connector.partitioner import murmur2, partition_for_key, to_positive
+from spark_connector.records import partitioner
+from spark_connector.records.partitioner import murmur2, partition_for_key, to_positive
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_connector.offsets import (
+from spark_connector.read.offsets import (
     TopicPartition,
     from_json_dict,
     parse_assign_json,
@@ -12,7 +12,7 @@ from spark_connector.offsets import (
     serialize,
     to_json_dict,
 )
-from spark_connector.planner import OffsetRange, plan_ranges, rate_limit
+from spark_connector.read.planner import OffsetRange, plan_ranges, rate_limit
 
 pytestmark = pytest.mark.unit
 

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
-from spark_connector.write_outcome import DeliveryError, MillraceWriteCommitMessage
-from spark_connector.write_plan import (
+from spark_connector.write.outcome import DeliveryError, MillraceWriteCommitMessage
+from spark_connector.write.plan import (
     TOPIC_OPTION,
     WriteOptionError,
     WritePlan,

@@ -24,7 +24,7 @@ calls to a batch not sent yet (offset deltas continuing from ``delta_base``, tim
 from the time of each call: :class:`~spark_connector.kafka.producer.BatchProducer`).
 
 A key's partition is Kafka's default partitioner, ``toPositive(murmur2(key)) %
-numPartitions`` (:mod:`spark_connector.partitioner` is the pure reference of the hash).
+numPartitions`` (:mod:`spark_connector.records.partitioner` is the pure reference of the hash).
 
 The work is done by the C extension ``_native_batches`` when it is built; the pure-Python
 functions here (``*_py``) are the reference a property test holds it to, and the fallback
@@ -46,7 +46,7 @@ from typing import Any
 import crc32c
 import pyarrow as pa
 
-from spark_connector.partitioner import partition_for_key
+from spark_connector.records.partitioner import partition_for_key
 
 __all__ = [
     "CODECS",
@@ -77,7 +77,7 @@ ColumnSpec = tuple[Any, Any, Any, bool, int, int]
 _warned = False
 
 try:
-    from spark_connector import _native_batches
+    from spark_connector.records import _native_batches
 except ImportError:
     NATIVE = False
 else:
@@ -281,7 +281,7 @@ def encode_records(
     if not _warned:
         _warned = True
         log.warning(
-            "the native batch encoder (spark_connector._native_batches) is not built: "
+            "the native batch encoder (spark_connector.records._native_batches) is not built: "
             "format('millrace') writes encode records in Python, many times slower "
             "(pip install -e . with a C compiler builds it)"
         )

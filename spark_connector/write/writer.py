@@ -22,7 +22,7 @@ handed, prefix stripped, to the producer (librdkafka names: ``kafka.acks``,
 
 Placement: a row with a ``partition`` goes there; a keyed row without one goes to
 ``toPositive(murmur2(key)) % numPartitions`` (Kafka's default partitioner, librdkafka's
-``murmur2_random``; :mod:`spark_connector.partitioner` is the pure reference); a keyless
+``murmur2_random``; :mod:`spark_connector.records.partitioner` is the pure reference); a keyless
 row's partition is chosen by the client (sticky partitioning).
 
 Delivery is at-least-once by default, like Spark's Kafka sink: the producer defaults to
@@ -35,14 +35,14 @@ writes each task's rows into a Kafka transaction the driver commits
 
 Two producers. Option ``producer`` (``auto``, the default; ``batch``; ``librdkafka``) picks:
 
-* the **batch producer** (:func:`~spark_connector.batch_write.write_rows`), for every write
-  whose ``kafka.*`` options it knows (:func:`~spark_connector.write_plan.batch_settings`):
+* the **batch producer** (:func:`~spark_connector.write.batch_write.write_rows`), for every write
+  whose ``kafka.*`` options it knows (:func:`~spark_connector.write.plan.batch_settings`):
   each Arrow batch's rows are encoded in C into whole v2 record batches, a partition at a
   time (consecutive small Arrow batches merged into batches of up to ``batch.size``), and
   sent by an idempotent (for exactly-once, transactional)
   :class:`~spark_connector.kafka.producer.BatchProducer`, up to 5 requests in flight per
   broker; no per-row Python call;
-* **librdkafka's producer** (:mod:`spark_connector.row_write`), one ``produce()`` per row,
+* **librdkafka's producer** (:mod:`spark_connector.write.row_write`), one ``produce()`` per row,
   for at-least-once writes with ``acks=0`` or librdkafka settings the batch producer lacks
   (a SASL mechanism other than PLAIN and SCRAM, ...), or on request.
 
@@ -105,7 +105,6 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_connector.batch_write import write_record_batches
 from spark_connector.exactly_once.committer import Committer
 from spark_connector.exactly_once.planning import open_sink, plan_batch
 from spark_connector.exactly_once.settings import (
@@ -116,9 +115,9 @@ from spark_connector.exactly_once.settings import (
 from spark_connector.exactly_once.task import write_exactly_once
 from spark_connector.kafka.errors import KafkaRequestError
 from spark_connector.kafka.security import wire_security
-from spark_connector.row_write import write_rows_librdkafka
-from spark_connector.write_outcome import DeliveryError, MillraceWriteCommitMessage, TaskTransaction
-from spark_connector.write_plan import (
+from spark_connector.write.batch_write import write_record_batches
+from spark_connector.write.outcome import DeliveryError, MillraceWriteCommitMessage, TaskTransaction
+from spark_connector.write.plan import (
     PRODUCER_OPTION,
     BatchSettings,
     WriteOptionError,
@@ -127,6 +126,7 @@ from spark_connector.write_plan import (
     plan_write,
     producer_config,
 )
+from spark_connector.write.row_write import write_rows_librdkafka
 
 if TYPE_CHECKING:
     import pyarrow as pa

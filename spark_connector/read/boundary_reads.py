@@ -28,8 +28,8 @@ from spark_connector.exactly_once.boundaries import (
     boundaries_of,
 )
 from spark_connector.kafka.security import wire_security, wire_unsupported
-from spark_connector.offsets import PartitionOffsets, TopicPartition
-from spark_connector.options import OffsetKind, ReadOptions
+from spark_connector.read.offsets import PartitionOffsets, TopicPartition
+from spark_connector.read.options import OffsetKind, ReadOptions
 
 __all__ = [
     "batch_ends",
@@ -42,14 +42,14 @@ __all__ = [
     "uses_boundaries",
 ]
 
-log = logging.getLogger("spark_connector.reader")
+log = logging.getLogger("spark_connector.read.reader")
 
 _warned_security = False
 
 
 def boundary_options(options: ReadOptions) -> ReadOptions:
     """``options`` for the tasks of a read at a boundary: read_committed, up to the planned
-    end (see :attr:`~spark_connector.options.ReadOptions.at_boundary`)."""
+    end (see :attr:`~spark_connector.read.options.ReadOptions.at_boundary`)."""
     if options.at_boundary:
         return options
     return replace(

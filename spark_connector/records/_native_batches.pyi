@@ -1,4 +1,4 @@
-"""Type stub of the C extension ``_native_batches.c`` (see ``record_encoder``)."""
+"""Type stub of the C extension ``_native_batches.c`` (see :mod:`spark_connector.records.encoder`)."""
 
 from typing import Any
 

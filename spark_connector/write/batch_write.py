@@ -1,6 +1,6 @@
 """The batch producer's write path of ``format("millrace")``: a task's Arrow batches placed
 on partitions, encoded into whole v2 record batches a partition at a time (in C, through
-:mod:`spark_connector.record_encoder`) and sent by the task's own
+:mod:`spark_connector.records.encoder`) and sent by the task's own
 :class:`~spark_connector.kafka.producer.BatchProducer`: at-least-once, or inside the task's
 open transaction for exactly-once (``spark_connector.exactly_once.task``).
 
@@ -16,7 +16,7 @@ key (Kafka's default partitioner) or, keyless, a sticky partition chosen per Arr
 a ``headers`` column is encoded per row into the records.
 
 ``writer`` calls :func:`write_record_batches` when
-:func:`~spark_connector.write_plan.batch_settings` allows (see the ``writer`` module
+:func:`~spark_connector.write.plan.batch_settings` allows (see the ``writer`` module
 docstring for when it does). Runs on an executor, on the task's thread; the producer is
 created, flushed and closed inside the call and never pickled.
 """
@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 from spark_connector.kafka.producer import BatchProducer, ProduceError
 from spark_connector.kafka.security import wire_security
-from spark_connector.record_encoder import (
+from spark_connector.records.encoder import (
     column_spec,
     encode_headers,
     encode_records,
     partition_keys,
 )
-from spark_connector.write_outcome import DeliveryError, MillraceWriteCommitMessage
-from spark_connector.write_plan import TOPIC_OPTION, BatchSettings, WriteOptionError, WritePlan
+from spark_connector.write.outcome import DeliveryError, MillraceWriteCommitMessage
+from spark_connector.write.plan import TOPIC_OPTION, BatchSettings, WriteOptionError, WritePlan
 
 if TYPE_CHECKING:
     import pyarrow as pa

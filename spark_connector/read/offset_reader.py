@@ -4,7 +4,7 @@ earliest / latest offsets, and offsets for timestamps.
 Speaks only the standard Kafka protocol through confluent-kafka (librdkafka): Metadata and
 ListOffsets (``offsets_for_times`` with -2 / -1 / a timestamp, one request per leader for all
 partitions). No group is joined and nothing is committed. The security options reach
-librdkafka under its names (:meth:`~spark_connector.options.ReadOptions.client_config`); a
+librdkafka under its names (:meth:`~spark_connector.read.options.ReadOptions.client_config`); a
 secured cluster's login is first checked with the connector's own client
 (:func:`~spark_connector.kafka.security.check_login`), so a wrong password fails at once
 instead of after librdkafka's timeout. A subscribed topic the user may not describe raises
@@ -22,8 +22,8 @@ import re
 from collections.abc import Iterable
 from types import TracebackType
 
-from spark_connector.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
-from spark_connector.options import (
+from spark_connector.read.offsets import EARLIEST, LATEST, PartitionOffsets, TopicPartition
+from spark_connector.read.options import (
     METADATA_TIMEOUT_OPTION,
     OffsetKind,
     OffsetSpec,

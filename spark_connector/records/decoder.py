@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from spark_connector._native_records import Columns
+    from spark_connector.records._native_records import Columns
 
 log = logging.getLogger(__name__)
 
@@ -735,7 +735,7 @@ def to_record_batch(taken: Taken, schema: pa.Schema, topic: str, partition: int)
 
 
 try:
-    from spark_connector import _native_records
+    from spark_connector.records import _native_records
 except ImportError:
     NATIVE = False
 else:
@@ -754,7 +754,7 @@ def new_columns(with_headers: bool) -> PyColumns | Columns:
     if not _warned:
         _warned = True
         log.warning(
-            "the native record decoder (spark_connector._native_records) is not built: "
+            "the native record decoder (spark_connector.records._native_records) is not built: "
             "fetch reads decode records in Python, several times slower "
             "(pip install -e . with a C compiler builds it)"
         )

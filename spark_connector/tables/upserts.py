@@ -129,7 +129,7 @@ def _seconds(duration: str) -> float:
     as a Spark time string (``"10m"``)."""
     import re
 
-    from spark_connector.options import parse_duration_ms
+    from spark_connector.read.options import parse_duration_ms
 
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+?)s?\s*", duration.lower())
     if m is not None and m.group(2) in _INTERVAL_UNITS_S:
@@ -155,7 +155,7 @@ def upsert_batch(
     docstring)."""
     from pyspark.sql import functions as F
 
-    import spark_connector
+    from spark_connector.exactly_once.foreach_batch import write_batch
 
     records = as_upserts(df, key_columns, delete_when=delete_when)
     if (expire_windows is None) != (expire_after is None):
@@ -180,7 +180,7 @@ def upsert_batch(
                 [(k, None) for k in expired], "key string, value string"
             )
             records = records.unionByName(tombstones)
-    spark_connector.write_batch(
+    write_batch(
         records,
         batch_id,
         bootstrap_servers=bootstrap_servers,

@@ -34,7 +34,7 @@ format name:
   ``wholeBatches`` (streaming only, default false): advance one whole upstream micro-batch
   per trigger (``docs/exactly-once.md``, "Whole micro-batches for readers").
 * ``readAs`` (batch only): ``records`` (default) or ``table``: one row per live key of a
-  compacted topic, its latest record (see :func:`spark_connector.reader.latest_per_key`);
+  compacted topic, its latest record (see :func:`spark_connector.read.reader.latest_per_key`);
   with the default positions each task reads its partition as it is when the task runs, so
   a stream-static join sees the table's current values in every micro-batch.
 * ``fetcher``: how a reading task fetches records. ``auto`` (default): ``direct`` unless the
@@ -72,7 +72,7 @@ from spark_connector.kafka.security import (
     validate_security,
     wire_unsupported,
 )
-from spark_connector.offsets import (
+from spark_connector.read.offsets import (
     EARLIEST,
     LATEST,
     PartitionOffsets,

@@ -1,6 +1,6 @@
-"""Type stub of the C extension ``_native_records.c`` (see ``record_batches.PyColumns``)."""
+"""Type stub of the C extension ``_native_records.c`` (see :class:`spark_connector.records.decoder.PyColumns`)."""
 
-from spark_connector.record_batches import Taken
+from spark_connector.records.decoder import Taken
 
 class Columns:
     """Kafka v2 records decoded into Arrow column buffers. One thread at a time."""

@@ -1,7 +1,7 @@
 """What a ``format("millrace")`` write task reports: the commit message Spark carries from
 the task to the driver's ``commit``/``abort`` (picklable), with the task's open transaction
 for exactly-once, and the error a task fails with when rows were not acknowledged. Shared by
-both producers' write paths (``writer`` with librdkafka, ``batch_write`` with the batch
+both producers' write paths (``row_write`` with librdkafka, ``batch_write`` with the batch
 producer) and the exactly-once sink. Plain values: no I/O, no state.
 """
 

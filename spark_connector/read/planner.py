@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from spark_connector.offsets import TopicPartition
+from spark_connector.read.offsets import TopicPartition
 
 
 @dataclass(frozen=True, slots=True, order=True)

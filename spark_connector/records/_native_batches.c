@@ -1,7 +1,7 @@
-/* spark_connector._native_batches: Arrow binary columns encoded as Kafka v2 records, and
+/* spark_connector.records._native_batches: Arrow binary columns encoded as Kafka v2 records, and
  * record keys hashed to partitions, for the Spark writer's batch producer.
  *
- * The C twin of spark_connector.record_encoder (read its docstring for the formats):
+ * The C twin of spark_connector.records.encoder (read its docstring for the formats):
  *
  *   partition_keys(column, num_partitions) -> bytes
  *       one little-endian int32 per row: toPositive(murmur2(key)) % num_partitions (Kafka's
@@ -426,7 +426,7 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
-    "spark_connector._native_batches",
+    "spark_connector.records._native_batches",
     "Arrow binary columns encoded as Kafka v2 records (see record_encoder).",
     -1,
     module_methods,

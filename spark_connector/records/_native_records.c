@@ -1,6 +1,6 @@
-/* spark_connector._native_records: Kafka v2 records decoded into Arrow column buffers.
+/* spark_connector.records._native_records: Kafka v2 records decoded into Arrow column buffers.
  *
- * The C twin of spark_connector.record_batches.PyColumns (read that module's docstring for
+ * The C twin of spark_connector.records.decoder.PyColumns (read that module's docstring for
  * the record format and the strictness rules): Columns(with_headers).add(records, count,
  * base_offset, base_timestamp, max_timestamp, log_append_time, from_offset, until_offset)
  * decodes `count` records from an uncompressed records section into growable malloc'd
@@ -630,7 +630,7 @@ static PyType_Slot Columns_slots[] = {
 };
 
 static PyType_Spec Columns_spec = {
-    "spark_connector._native_records.Columns",
+    "spark_connector.records._native_records.Columns",
     sizeof(Columns),
     0,
     Py_TPFLAGS_DEFAULT,
@@ -667,7 +667,7 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
-    "spark_connector._native_records",
+    "spark_connector.records._native_records",
     "Kafka v2 records decoded into Arrow column buffers (see record_batches).",
     -1,
     module_methods,
