@@ -82,7 +82,10 @@ class System:
     homes: list[Path] = field(default_factory=list)
 
     def admin(self) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.bootstrap})
+        # socket.timeout.ms: librdkafka gives up on any request in flight after it (60 s by
+        # default, 300 s at most), whatever the admin call's own timeout; creating 10,000
+        # partitions with RF=3 (bench.scale_partitions) takes longer than 60 s on 2 cores.
+        return AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 300_000})
 
     def create_topic(
         self,
