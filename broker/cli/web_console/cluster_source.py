@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -321,6 +322,7 @@ class ClusterSource:
             )
         except (KafkaException, TimeoutError) as exc:
             raise ConsoleError(f"cannot create topic '{name}': {error_text(exc)}") from exc
+        self._await_metadata(name, present=True)
 
     def delete_topic(self, name: str) -> None:
         from confluent_kafka import KafkaException
@@ -331,6 +333,34 @@ class ClusterSource:
             )
         except (KafkaException, TimeoutError) as exc:
             raise ConsoleError(f"cannot delete topic '{name}': {error_text(exc)}") from exc
+        self._await_metadata(name, present=False)
+
+    def _await_metadata(self, name: str, *, present: bool) -> None:
+        """Wait (up to the request timeout) until the Metadata the next page reads shows
+        topic ``name`` with a leader for every partition, or no longer shows it.
+
+        CreateTopics and DeleteTopics answer once the controller's metadata has the change;
+        the client's next Metadata request may go to a broker whose UpdateMetadata is still
+        on its way, as in Kafka. Past the timeout the page shows what the cluster says."""
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            try:
+                topics = self.admin.list_topics(timeout=self.timeout_s).topics
+            except KafkaException:
+                topics = None
+            if topics is not None:
+                t = topics.get(name)
+                shown = (
+                    t is not None
+                    and t.error is None
+                    and bool(t.partitions)
+                    and all(p.leader >= 0 for p in t.partitions.values())
+                )
+                if shown if present else t is None:
+                    return
+            time.sleep(0.1)
 
     def alter_configs(self, topic: str, changes: Mapping[str, str | None]) -> None:
         """IncrementalAlterConfigs: ``name -> value`` sets, ``name -> None`` deletes (back to
