@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import socket
 import statistics
-import struct
 import tempfile
 import time
 from dataclasses import dataclass
@@ -35,14 +33,15 @@ from pathlib import Path
 from bench.basics import progress
 from bench.common import ROOT, commit, machine
 from bench.compare import both, orders
+from bench.plain_produce import PRODUCE_VERSION, connect, produce_request, receive, request_frame
 from bench.procstat import cpu_seconds
 from bench.systems import System
 from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.records import SimpleRecord, encode_batch
 
-PRODUCE_VERSION = 7
 FETCH_VERSION = 11
+CLIENT_ID = b"bench-latency"
 WARM_PAIRS = 500
 PARK_S = 0.0003  # time for the fetch to reach the broker and park before the produce
 
@@ -58,46 +57,10 @@ class Probe:
         return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
-def _connect(bootstrap: str) -> socket.socket:
-    host, port = bootstrap.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
-def _send(
-    sock: socket.socket, api_key: int, version: int, correlation_id: int, body: bytes
-) -> None:
-    client = b"bench-latency"
-    header = struct.pack(">hhih", api_key, version, correlation_id, len(client)) + client
-    sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
-
-
-def _receive(sock: socket.socket, correlation_id: int) -> bytes:
-    size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
-    frame = sock.recv(size, socket.MSG_WAITALL)
-    if len(frame) != size or struct.unpack_from(">i", frame)[0] != correlation_id:
-        raise SystemExit(f"unexpected response (correlation id, or {len(frame)} of {size} bytes)")
-    return frame
-
-
 def _produce_body(topic: str) -> bytes:
-    cls = registry.request_class(ApiKey.PRODUCE, PRODUCE_VERSION)
     now = int(time.time() * 1000)
     batch = encode_batch([SimpleRecord(b"v" * 100, None, now) for _ in range(10)])
-    part = registry.build(registry.nested(cls, "PartitionProduceData"), index=0, records=batch)
-    data = registry.build(
-        registry.nested(cls, "TopicProduceData"), name=topic, partition_data=(part,)
-    )
-    return registry.encode(
-        registry.build(
-            cls,
-            transactional_id=None,
-            acks=1,
-            timeout=datetime.timedelta(seconds=30),
-            topic_data=(data,),
-        )
-    )
+    return produce_request(topic, batch, acks=1)
 
 
 def _fetch_body(topic: str, offset: int) -> bytes:
@@ -133,7 +96,8 @@ def probe(system: System, pairs: int, round_no: int) -> Probe:
     """``pairs`` measured produce -> woken-fetch round trips against ``system``."""
     topic = f"broker-latency-{round_no}-{time.time_ns()}"
     system.create_topic(topic, 1, 1)
-    producer, fetcher = _connect(system.bootstrap), _connect(system.bootstrap)
+    host, port = system.bootstrap.rsplit(":", 1)
+    producer, fetcher = connect(host, int(port)), connect(host, int(port))
     produce = _produce_body(topic)
     pid = system.pids[0]
     latencies: list[float] = []
@@ -143,13 +107,14 @@ def probe(system: System, pairs: int, round_no: int) -> Probe:
         for i in range(WARM_PAIRS + pairs):
             if i == WARM_PAIRS:
                 cpu0 = cpu_seconds(pid)
-            _send(fetcher, ApiKey.FETCH, FETCH_VERSION, i, _fetch_body(topic, offset))
+            fetch = _fetch_body(topic, offset)
+            fetcher.sendall(request_frame(ApiKey.FETCH, FETCH_VERSION, i, fetch, CLIENT_ID))
             time.sleep(PARK_S)
             start = time.perf_counter()
-            _send(producer, ApiKey.PRODUCE, PRODUCE_VERSION, i, produce)
-            response = _receive(fetcher, i)
+            producer.sendall(request_frame(ApiKey.PRODUCE, PRODUCE_VERSION, i, produce, CLIENT_ID))
+            response = receive(fetcher, i)
             took = time.perf_counter() - start
-            _receive(producer, i)
+            receive(producer, i)
             if len(response) < 600:  # no batch in it: the fetch did not wait for this produce
                 raise SystemExit(f"{system.name}: fetch {i} came back without the batch")
             offset += 10

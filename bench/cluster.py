@@ -333,30 +333,15 @@ def measure_kill(
     client_log: list[str],
 ) -> Outage:
     kind = "hard kill" if hard else "controlled shutdown"
+    label = f"{kind} {run + 1}"
     before = wait_full_isr(admin, topic)
     probe = Probe(bootstrap, topic, f"{'hard' if hard else 'ctl'}-{run}").start()
     try:
-        first_ack_by = time.perf_counter() + FIRST_ACK_TIMEOUT_S
-        while not probe.acks and time.perf_counter() < first_ack_by:
-            time.sleep(0.01)
-        if not probe.acks:
-            raise SystemExit(f"{topic}: no acknowledgement {FIRST_ACK_TIMEOUT_S:.0f} s after start")
+        _wait_first_ack(probe, topic)
         time.sleep(WARM_UP_S)
-        progress(f"  {kind} {run + 1}: stopping leader {before.leader} ...")
+        progress(f"  {label}: stopping leader {before.leader} ...")
         stop = StopCommand(cluster_dir, before.leader, hard)
-        stop.announced.wait(60)
-        if stop.signalled is None:
-            stop.join(60)
-        signalled = stop.signalled
-        assert signalled is not None
-        deadline = signalled + RECOVERY_TIMEOUT_S
-        recovered = None
-        # until a record produced after the signal is acknowledged and stop-broker returned
-        while (recovered is None or stop.finished is None) and time.perf_counter() < deadline:
-            time.sleep(0.05)
-            recovered = probe.first_ack_sent_after(signalled)
-            state = "waiting for the first ack" if recovered is None else "waiting for stop-broker"
-            progress(f"  {kind} {run + 1}: {state} ({time.perf_counter() - signalled:.1f} s)")
+        signalled, recovered = _await_recovery(probe, stop, label)
         time.sleep(AFTER_RECOVERY_S)
     finally:
         stopped = time.perf_counter()
@@ -372,17 +357,9 @@ def measure_kill(
     latencies = [
         at - probe.sent[seq] for seq, at in probe.acks if signalled - 1.0 <= probe.sent[seq]
     ]
-    events: Counter[str] = Counter()
-    leader_seen = math.inf
-    for at, text in probe.capture.lines:
-        if signalled <= at <= stopped:
-            client_log.append(f"{kind} {run + 1} +{at - signalled:8.3f}s {text}")
-            for what, pattern in CLIENT_EVENTS.items():
-                if pattern.search(text):
-                    events[what] += 1
-            update = LEADER_UPDATE.search(text)
-            if update and int(update[1]) not in (-1, before.leader):
-                leader_seen = min(leader_seen, at - signalled)
+    events, leader_seen = _client_events(
+        probe, signalled, stopped, before.leader, label, client_log
+    )
     errors = tuple(sorted({e for at, e in probe.client_errors if signalled <= at <= stopped}))
     outage = Outage(
         victim=before.leader,
@@ -396,11 +373,72 @@ def measure_kill(
         sent=len(probe.sent),
         acked=len(probe.acks),
         failed=len(probe.failed) + max(probe.unflushed, 0),
-        events=dict(events),
+        events=events,
         client_errors=errors,
     )
+    _report_and_restart(cluster_dir, admin, topic, probe, outage, label)
+    return outage
+
+
+def _wait_first_ack(probe: Probe, topic: str) -> None:
+    first_ack_by = time.perf_counter() + FIRST_ACK_TIMEOUT_S
+    while not probe.acks and time.perf_counter() < first_ack_by:
+        time.sleep(0.01)
+    if not probe.acks:
+        raise SystemExit(f"{topic}: no acknowledgement {FIRST_ACK_TIMEOUT_S:.0f} s after start")
+
+
+def _await_recovery(probe: Probe, stop: StopCommand, label: str) -> tuple[float, float | None]:
+    """When ``stop`` signalled the leader, and when the first record sent after that was
+    acknowledged (None: not within RECOVERY_TIMEOUT_S); waits for stop-broker's return too."""
+    stop.announced.wait(60)
+    if stop.signalled is None:
+        stop.join(60)
+    signalled = stop.signalled
+    assert signalled is not None
+    deadline = signalled + RECOVERY_TIMEOUT_S
+    recovered = None
+    # until a record produced after the signal is acknowledged and stop-broker returned
+    while (recovered is None or stop.finished is None) and time.perf_counter() < deadline:
+        time.sleep(0.05)
+        recovered = probe.first_ack_sent_after(signalled)
+        state = "waiting for the first ack" if recovered is None else "waiting for stop-broker"
+        progress(f"  {label}: {state} ({time.perf_counter() - signalled:.1f} s)")
+    return signalled, recovered
+
+
+def _client_events(
+    probe: Probe,
+    signalled: float,
+    stopped: float,
+    victim: int,
+    label: str,
+    client_log: list[str],
+) -> tuple[dict[str, int], float]:
+    """The client's log lines between the signal and the probe's stop (copied to
+    ``client_log``): how many of each CLIENT_EVENTS, and when it first saw a leader other
+    than ``victim`` (seconds after the signal; inf: never)."""
+    events: Counter[str] = Counter()
+    leader_seen = math.inf
+    for at, text in probe.capture.lines:
+        if signalled <= at <= stopped:
+            client_log.append(f"{label} +{at - signalled:8.3f}s {text}")
+            for what, pattern in CLIENT_EVENTS.items():
+                if pattern.search(text):
+                    events[what] += 1
+            update = LEADER_UPDATE.search(text)
+            if update and int(update[1]) not in (-1, victim):
+                leader_seen = min(leader_seen, at - signalled)
+    return dict(events), leader_seen
+
+
+def _report_and_restart(
+    cluster_dir: Path, admin: AdminClient, topic: str, probe: Probe, outage: Outage, label: str
+) -> None:
+    """Print the outage; fail if records were lost; restart the stopped broker and wait for
+    the full ISR."""
     progress(
-        f"  {kind} {run + 1}: leader {outage.victim} -> {outage.new_leader}: largest ack gap "
+        f"  {label}: leader {outage.victim} -> {outage.new_leader}: largest ack gap "
         f"{outage.max_gap_s:.3f} s, first post-signal ack {outage.first_ack_s:.3f} s, client "
         f"saw the new leader at {outage.leader_seen_s:.3f} s, {outage.failed} failed; "
         f"stop-broker returned after {outage.stop_s:.2f} s"
@@ -412,7 +450,6 @@ def measure_kill(
     millrace("cluster", "start-broker", "--dir", str(cluster_dir), "--broker", str(outage.victim))
     wait_full_isr(admin, topic)
     sys.stderr.write("\n")
-    return outage
 
 
 # --------------------------------------------------------------------------- main

@@ -1,13 +1,13 @@
 """Broker CPU per GB produced in 1 MB batches, Millrace beside Apache Kafka (issue 31,
 target 3), without a client library in the way.
 
-A plain socket speaks the protocol directly (as ``bench.broker_latency`` does): one record
-batch of ``--batch-kb`` KB (100-byte values, no keys, uncompressed, not idempotent, so the
-same bytes can be sent again: the broker assigns the offsets), built once, is sent in
-Produce v7 requests to the partition's leader, ``--in-flight`` requests pipelined on one
-connection, until ``--gb`` GB (2^30 bytes of batches) have been acknowledged. Two set-ups,
-each on its own pair of clusters (``bench.compare.both``: Kafka on Millrace's ZooKeeper,
-both warmed up):
+A plain socket speaks the protocol directly (``bench.plain_produce``, as
+``bench.broker_latency`` does): one record batch of ``--batch-kb`` KB (100-byte values, no
+keys, uncompressed, not idempotent, so the same bytes can be sent again: the broker assigns
+the offsets), built once, is sent in Produce v7 requests to the partition's leader,
+``--in-flight`` requests pipelined on one connection, until ``--gb`` GB (2^30 bytes of
+batches) have been acknowledged. Two set-ups, each on its own pair of clusters
+(``bench.compare.both``: Kafka on Millrace's ZooKeeper, both warmed up):
 
 * **acks=1**: 1 broker, a 1-partition topic;
 * **acks=all**: 3 brokers, a 1-partition topic with replication factor 3
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import socket
 import statistics
 import struct
 import sys
@@ -44,14 +43,14 @@ from bench import hotspots
 from bench.basics import progress
 from bench.common import ROOT, commit, machine, replace_section
 from bench.compare import both, orders
+from bench.plain_produce import PRODUCE_VERSION, connect, produce_request, receive, request_frame
 from bench.procstat import tree_cpu_seconds
 from bench.systems import System
-from broker.protocol import registry
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.records import SimpleRecord, encode_batch
 
 HEADING = "## Broker CPU per GB produced"
-PRODUCE_VERSION = 7
+CLIENT_ID = b"bench-produce-cpu"
 VALUE_BYTES = 100
 GB = 1 << 30
 
@@ -85,30 +84,9 @@ def make_batch(kb: int) -> tuple[bytes, int]:
     return batch, count
 
 
-def produce_request(topic: str, batch: bytes, acks: int) -> bytes:
-    """The body of a Produce v7 request of ``batch`` to partition 0 of ``topic``."""
-    cls = registry.request_class(ApiKey.PRODUCE, PRODUCE_VERSION)
-    part = registry.build(registry.nested(cls, "PartitionProduceData"), index=0, records=batch)
-    data = registry.build(
-        registry.nested(cls, "TopicProduceData"), name=topic, partition_data=(part,)
-    )
-    return registry.encode(
-        registry.build(
-            cls,
-            transactional_id=None,
-            acks=acks,
-            timeout=datetime.timedelta(seconds=30),
-            topic_data=(data,),
-        )
-    )
-
-
 def frame(body: bytes, correlation_id: int) -> bytes:
-    client = b"bench-produce-cpu"
-    header = (
-        struct.pack(">hhih", ApiKey.PRODUCE, PRODUCE_VERSION, correlation_id, len(client)) + client
-    )
-    return struct.pack(">i", len(header) + len(body)) + header + body
+    """The whole Produce request of ``body``."""
+    return request_frame(ApiKey.PRODUCE, PRODUCE_VERSION, correlation_id, body, CLIENT_ID)
 
 
 def response_error(response: bytes) -> int:
@@ -116,17 +94,6 @@ def response_error(response: bytes) -> int:
     (correlation id, topics count, name, partitions count, partition index, error code)."""
     name_len = struct.unpack_from(">h", response, 8)[0]
     return int(struct.unpack_from(">h", response, 8 + 2 + name_len + 4 + 4)[0])
-
-
-def _receive(sock: socket.socket) -> bytes:
-    head = sock.recv(4, socket.MSG_WAITALL)
-    if len(head) != 4:
-        raise SystemExit("the broker closed the connection")
-    size = struct.unpack(">i", head)[0]
-    data = sock.recv(size, socket.MSG_WAITALL)
-    if len(data) != size:
-        raise SystemExit("the broker closed the connection mid-response")
-    return data
 
 
 def leader_address(system: System, topic: str) -> tuple[str, int]:
@@ -141,8 +108,7 @@ def send(
 ) -> float:
     """Send ``requests`` Produce requests of ``batch``, ``in_flight`` at a time; seconds."""
     body = produce_request(topic, batch, acks)
-    sock = socket.create_connection(leader_address(system, topic))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock = connect(*leader_address(system, topic))
     try:
         started = time.perf_counter()
         sent = done = 0
@@ -150,9 +116,7 @@ def send(
             while sent < requests and sent - done < in_flight:
                 sock.sendall(frame(body, sent))
                 sent += 1
-            response = _receive(sock)
-            if struct.unpack_from(">i", response)[0] != done:
-                raise SystemExit(f"{system.name}: responses out of order at {done}")
+            response = receive(sock, done)
             error = response_error(response)
             if error:
                 raise SystemExit(f"{system.name}: Produce answered error code {error}")

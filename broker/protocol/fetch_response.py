@@ -40,7 +40,17 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from broker.protocol.errors import ErrorCode
-from broker.protocol.framing import InvalidRequestError, read_uvarint, write_uvarint
+from broker.protocol.framing import (
+    Buffer,
+    InvalidRequestError,
+    read_count,
+    read_length,
+    read_nullable_bytes,
+    read_string,
+    read_tagged_field,
+    skip_tagged_fields,
+    write_uvarint,
+)
 from broker.protocol.response import Chunk, FileRegion, Response
 
 __all__ = [
@@ -121,17 +131,16 @@ def encode_fetch_response(
     """The response body (without the response header), partitions grouped by topic in
     first-seen order."""
     flexible = version >= FIRST_FLEXIBLE_VERSION
-    chunks: list[Chunk] = []
-    head = bytearray(_I32.pack(throttle_time_ms))
-    if version >= 7:
-        head += _I16.pack(int(error)) + _I32.pack(session_id)
     by_id = version >= FIRST_TOPIC_ID_VERSION
     by_topic: dict[tuple[str, uuid.UUID | None], list[FetchPartitionData]] = {}
     for p in partitions:
         by_topic.setdefault((p.topic, p.topic_id if by_id else None), []).append(p)
-    head += _array_len(len(by_topic), flexible)
-    size = 0
-    buf = head
+    chunks: list[Chunk] = []
+    size = 0  # of the chunks
+    buf = bytearray(_I32.pack(throttle_time_ms))
+    if version >= 7:
+        buf += _I16.pack(int(error)) + _I32.pack(session_id)
+    buf += _array_len(len(by_topic), flexible)
     for (topic, topic_id), parts in by_topic.items():
         if by_id:
             buf += topic_id.bytes if topic_id is not None else _ZERO_UUID
@@ -139,39 +148,46 @@ def encode_fetch_response(
             buf += _string(topic, flexible)
         buf += _array_len(len(parts), flexible)
         for p in parts:
-            buf += _PART_HEAD.pack(
-                p.partition, int(p.error), p.high_watermark, p.last_stable_offset
-            )
-            if version >= 5:
-                buf += _I64.pack(p.log_start_offset)
-            buf += _aborted(p.aborted_transactions, flexible)
-            if version >= 11:
-                buf += _I32.pack(-1)  # preferred_read_replica: none
-            n = p.size
-            buf += write_uvarint(n + 1) if flexible else _I32.pack(n)
-            if n:
-                assert p.records is not None
-                inline = getattr(p.records, "data", None)
-                if inline is not None:  # already read: one write, no sendfile
-                    buf += inline
-                else:
-                    chunks.append(bytes(buf))
-                    size += len(buf)
-                    chunks.append(p.records)
-                    size += n
-                    buf = bytearray()
-            if flexible and p.diverging_epoch is not None:
-                diverging = _DIVERGING.pack(*p.diverging_epoch) + b"\x00"
-                buf += b"\x01\x00" + write_uvarint(len(diverging)) + diverging  # tag 0
-            elif flexible:
-                buf += b"\x00"  # partition tagged fields
+            size += _encode_partition(version, flexible, p, buf, chunks)
         if flexible:
             buf += b"\x00"  # topic tagged fields
     if flexible:
         buf += b"\x00"  # response tagged fields
     chunks.append(bytes(buf))
-    size += len(buf)
-    return Response(chunks, size)
+    return Response(chunks, size + len(buf))
+
+
+def _encode_partition(
+    version: int, flexible: bool, p: FetchPartitionData, buf: bytearray, chunks: list[Chunk]
+) -> int:
+    """Append one partition to ``buf``; records not read yet (a file region, sent with
+    ``sendfile``) end the bytes so far: ``buf`` moves to ``chunks``, then the region, and
+    ``buf`` starts over. Returns the size added to ``chunks``."""
+    buf += _PART_HEAD.pack(p.partition, int(p.error), p.high_watermark, p.last_stable_offset)
+    if version >= 5:
+        buf += _I64.pack(p.log_start_offset)
+    buf += _aborted(p.aborted_transactions, flexible)
+    if version >= 11:
+        buf += _I32.pack(-1)  # preferred_read_replica: none
+    n = p.size
+    buf += write_uvarint(n + 1) if flexible else _I32.pack(n)
+    moved = 0
+    if n:
+        assert p.records is not None
+        inline = getattr(p.records, "data", None)
+        if inline is not None:  # already read: one write, no sendfile
+            buf += inline
+        else:
+            chunks.append(bytes(buf))
+            chunks.append(p.records)
+            moved = len(buf) + n
+            buf.clear()
+    if flexible and p.diverging_epoch is not None:
+        diverging = _DIVERGING.pack(*p.diverging_epoch) + b"\x00"
+        buf += b"\x01\x00" + write_uvarint(len(diverging)) + diverging  # tag 0
+    elif flexible:
+        buf += b"\x00"  # partition tagged fields
+    return moved
 
 
 # --- decoding (the follower's side, v12) -------------------------------------------------
@@ -215,26 +231,12 @@ _RESPONSE_HEAD = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_
 _PART_FIXED = struct.Struct(">ihqqq")  # index, error, high watermark, LSO, log start
 
 
-def _compact_length(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """A compact array/string/bytes length: -1 for null."""
-    n, pos = read_uvarint(buf, pos)
-    return n - 1, pos
-
-
-def _tagged(buf: bytes | memoryview, pos: int) -> tuple[DivergingEpoch | None, int]:
-    """Skip a tagged-field section, returning tag 0 (a partition's diverging epoch) if
-    present."""
-    count, pos = read_uvarint(buf, pos)
-    diverging = None
-    for _ in range(count):
-        tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        if pos + size > len(buf):
-            raise InvalidRequestError("tagged field runs past the end of the response")
-        if tag == 0 and size >= _DIVERGING.size:
-            diverging = DivergingEpoch(*_DIVERGING.unpack_from(buf, pos))
-        pos += size
-    return diverging, pos
+def _diverging_epoch(buf: Buffer, pos: int) -> tuple[DivergingEpoch | None, int]:
+    """A partition's tagged fields: tag 0, the diverging epoch, if present."""
+    value, pos = read_tagged_field(buf, pos, 0)
+    if value is not None and len(value) >= _DIVERGING.size:
+        return DivergingEpoch(*_DIVERGING.unpack_from(value)), pos
+    return None, pos
 
 
 def decode_response_v12(buf: bytes, pos: int) -> tuple[FetchedResponse, int]:
@@ -244,49 +246,32 @@ def decode_response_v12(buf: bytes, pos: int) -> tuple[FetchedResponse, int]:
     try:
         throttle, error, session_id = _RESPONSE_HEAD.unpack_from(buf, pos)
         pos += _RESPONSE_HEAD.size
-        n_topics, pos = _compact_length(buf, pos)
-        if n_topics < 0:
-            raise InvalidRequestError("null responses")
+        n_topics, pos = read_count(buf, pos, True)
         topics: list[FetchedTopic] = []
         for _ in range(n_topics):
-            n, pos = _compact_length(buf, pos)
-            if n < 0 or pos + n > len(buf):
-                raise InvalidRequestError("bad topic name")
-            name = bytes(view[pos : pos + n]).decode("utf-8")
-            pos += n
-            n_parts, pos = _compact_length(buf, pos)
-            if n_parts < 0:
-                raise InvalidRequestError("null partitions")
+            name, pos = read_string(buf, pos, True)
+            n_parts, pos = read_count(buf, pos, True)
             parts: list[FetchedPartition] = []
             for _ in range(n_parts):
                 index, perror, hw, lso, log_start = _PART_FIXED.unpack_from(buf, pos)
-                pos += _PART_FIXED.size
-                n_aborted, pos = _compact_length(buf, pos)
+                n_aborted, pos = read_length(buf, pos + _PART_FIXED.size, True, True)
                 aborted: list[tuple[int, int]] | None = None
                 if n_aborted >= 0:
                     aborted = []
                     for _ in range(n_aborted):
                         aborted.append(_ABORTED.unpack_from(buf, pos))
-                        pos += _ABORTED.size
-                        _, pos = _tagged(buf, pos)
+                        pos = skip_tagged_fields(buf, pos + _ABORTED.size)
                 (preferred,) = _I32.unpack_from(buf, pos)
-                pos += 4
-                n, pos = _compact_length(buf, pos)
-                records = None
-                if n >= 0:
-                    if pos + n > len(buf):
-                        raise InvalidRequestError("records run past the end of the response")
-                    records = view[pos : pos + n]
-                    pos += n
-                diverging, pos = _tagged(buf, pos)
+                records, pos = read_nullable_bytes(view, pos + 4, True)
+                diverging, pos = _diverging_epoch(buf, pos)
                 parts.append(
                     FetchedPartition(
                         index, perror, hw, lso, log_start, aborted, preferred, records, diverging
                     )
                 )
-            _, pos = _tagged(buf, pos)
+            pos = skip_tagged_fields(buf, pos)
             topics.append(FetchedTopic(name, parts))
-        _, pos = _tagged(buf, pos)
+        pos = skip_tagged_fields(buf, pos)
     except (struct.error, UnicodeDecodeError) as exc:
         raise InvalidRequestError(f"malformed Fetch v12 response: {exc}") from exc
     return FetchedResponse(throttle, error, session_id, topics), pos

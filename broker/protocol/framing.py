@@ -1,4 +1,5 @@
-"""Request/response framing and headers (sans-IO).
+"""Request/response framing and headers, and the wire readers the hand-written codecs share
+(sans-IO).
 
 Wire format: every request and response is a 4-byte big-endian size followed by that many
 bytes. A request starts with a header: ``api_key int16, api_version int16, correlation_id
@@ -7,6 +8,16 @@ is flexible) adds tagged fields (an unsigned varint count, then ``tag, size, byt
 Responses start with ``correlation_id int32``; response header v1 (flexible bodies) adds
 an empty tagged-field section. ApiVersions responses always use header v0, so a client
 that sent a version the broker does not know can still read the answer (KIP-511).
+
+The readers of message bodies (``read_length``, ``read_count``, ``read_string``,
+``read_nullable_string``, ``read_nullable_bytes``, ``read_tagged_field``) serve the codecs
+written by hand for speed (``produce_codec``, ``list_offsets_codec``, ``fetch_response``).
+Each takes the buffer and a position and returns the value and the position after it; a
+``flexible`` message (KIP-482) uses compact lengths (an unsigned varint of n + 1, 0 = null),
+an older one int16 string lengths and int32 array and bytes lengths (-1 = null). A length
+past the end or a null where none is allowed raises :class:`InvalidRequestError`; a
+truncated fixed-width length raises ``struct.error``, which the codecs turn into
+:class:`InvalidRequestError` with the rest of their fixed-width fields.
 
 Concurrency: pure functions.
 """
@@ -18,7 +29,10 @@ from dataclasses import dataclass
 
 from broker.protocol.errors import ErrorCode, KafkaError
 
+Buffer = bytes | bytearray | memoryview
+
 _HEADER = struct.Struct(">hhih")
+_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 
@@ -36,7 +50,7 @@ class RequestHeader:
     client_id: str | None
 
 
-def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= len(buf):
@@ -60,7 +74,7 @@ def write_uvarint(value: int) -> bytes:
     return bytes(out)
 
 
-def parse_request_header(buf: bytes | bytearray | memoryview) -> tuple[RequestHeader, int]:
+def parse_request_header(buf: Buffer) -> tuple[RequestHeader, int]:
     """Parse the header fields common to v1 and v2; return it and the offset after it.
 
     The caller decides from (api_key, api_version) whether tagged fields follow
@@ -81,17 +95,6 @@ def parse_request_header(buf: bytes | bytearray | memoryview) -> tuple[RequestHe
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
 
 
-def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        pos += size
-        if pos > len(buf):
-            raise InvalidRequestError("tagged field runs past the end of the request")
-    return pos
-
-
 def response_header(correlation_id: int, flexible: bool) -> bytes:
     """Response header v0 (``flexible=False``) or v1 (with an empty tagged-field section)."""
     return _I32.pack(correlation_id) + (b"\x00" if flexible else b"")
@@ -99,3 +102,84 @@ def response_header(correlation_id: int, flexible: bool) -> bytes:
 
 def size_prefix(n: int) -> bytes:
     return _I32.pack(n)
+
+
+# --- the readers of message bodies -------------------------------------------------------
+
+
+def read_length(buf: Buffer, pos: int, flexible: bool, wide: bool) -> tuple[int, int]:
+    """A length or count, -1 for null: compact when ``flexible``, else int32 (``wide``: arrays
+    and bytes) or int16 (strings)."""
+    if flexible:
+        n, pos = read_uvarint(buf, pos)
+        return n - 1, pos
+    if wide:
+        return _I32.unpack_from(buf, pos)[0], pos + 4
+    return _I16.unpack_from(buf, pos)[0], pos + 2
+
+
+def read_count(buf: Buffer, pos: int, flexible: bool) -> tuple[int, int]:
+    """An array's element count (null is refused)."""
+    n, pos = read_length(buf, pos, flexible, True)
+    if n < 0:
+        raise InvalidRequestError("null or negative array length")
+    return n, pos
+
+
+def read_string(buf: Buffer, pos: int, flexible: bool) -> tuple[str, int]:
+    """A string (UTF-8; null is refused; invalid UTF-8 raises ``UnicodeDecodeError``)."""
+    n, pos = read_length(buf, pos, flexible, False)
+    if n < 0:
+        raise InvalidRequestError("null or negative string length")
+    end = pos + n
+    if end > len(buf):
+        raise InvalidRequestError("string runs past the end of the frame")
+    return str(buf[pos:end], "utf-8"), end
+
+
+def read_nullable_string(buf: Buffer, pos: int, flexible: bool) -> tuple[str | None, int]:
+    """A string or null (once per request at most: its length is read twice)."""
+    n, after = read_length(buf, pos, flexible, False)
+    if n == -1:
+        return None, after
+    return read_string(buf, pos, flexible)
+
+
+def read_nullable_bytes(
+    view: memoryview, pos: int, flexible: bool
+) -> tuple[memoryview | None, int]:
+    """Nullable bytes as a view of ``view`` (no copy)."""
+    n, pos = read_length(view, pos, flexible, True)
+    if n < 0:
+        if n != -1:
+            raise InvalidRequestError("negative bytes length")
+        return None, pos
+    end = pos + n
+    if end > len(view):
+        raise InvalidRequestError("bytes run past the end of the frame")
+    return view[pos:end], end
+
+
+def read_tagged_field(buf: Buffer, pos: int, tag: int) -> tuple[Buffer | None, int]:
+    """Read a tagged-field section (an unsigned varint count, then ``tag, size, bytes``):
+    the value of field ``tag`` (the last one, if repeated; None when absent; -1 asks for
+    none) and the position after the section. The other fields are skipped (KIP-482)."""
+    count, pos = read_uvarint(buf, pos)
+    value = None
+    for _ in range(count):
+        field, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise InvalidRequestError("tagged field runs past the end of the frame")
+        if field == tag:
+            value = buf[pos:end]
+        pos = end
+    return value, pos
+
+
+def skip_tagged_fields(buf: Buffer, pos: int) -> int:
+    """The position after a tagged-field section, its fields ignored."""
+    if pos < len(buf) and buf[pos] == 0:  # no tagged fields: nearly always
+        return pos + 1
+    return read_tagged_field(buf, pos, -1)[1]

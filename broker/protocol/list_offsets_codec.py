@@ -28,8 +28,10 @@ import struct
 from typing import NamedTuple
 
 from broker.protocol.framing import (
+    Buffer,
     InvalidRequestError,
-    read_uvarint,
+    read_count,
+    read_string,
     skip_tagged_fields,
     write_uvarint,
 )
@@ -82,34 +84,7 @@ class PartitionOffset(NamedTuple):
     leader_epoch: int
 
 
-def _count(buf: bytes, pos: int, flexible: bool) -> tuple[int, int]:
-    if flexible:
-        n, pos = read_uvarint(buf, pos)
-        n -= 1  # compact: length + 1, 0 = null
-    else:
-        (n,) = _I32.unpack_from(buf, pos)
-        pos += 4
-    if n < 0:
-        raise InvalidRequestError("null or negative array length")
-    return n, pos
-
-
-def _string(buf: bytes, pos: int, flexible: bool) -> tuple[str, int]:
-    if flexible:
-        n, pos = read_uvarint(buf, pos)
-        n -= 1
-    else:
-        (n,) = _I16.unpack_from(buf, pos)
-        pos += 2
-    if n < 0:
-        raise InvalidRequestError("null topic name")
-    end = pos + n
-    if end > len(buf):
-        raise InvalidRequestError("string runs past the end of the request")
-    return buf[pos:end].decode("utf-8"), end
-
-
-def decode_request(version: int, buf: bytes, pos: int) -> ListOffsetsQuery:
+def decode_request(version: int, buf: Buffer, pos: int) -> ListOffsetsQuery:
     """Decode a ListOffsets request body starting at ``pos`` (after the header)."""
     flexible = version >= FLEXIBLE_FROM
     part_struct = _PART_V4 if version >= 4 else _PART_V1
@@ -121,11 +96,11 @@ def decode_request(version: int, buf: bytes, pos: int) -> ListOffsetsQuery:
             (isolation_level,) = _I8.unpack_from(buf, pos)
             pos += 1
         topics: list[ListOffsetsTopic] = []
-        n_topics, pos = _count(buf, pos, flexible)
+        n_topics, pos = read_count(buf, pos, flexible)
         for _ in range(n_topics):
-            name, pos = _string(buf, pos, flexible)
+            name, pos = read_string(buf, pos, flexible)
             parts: list[ListOffsetsPartition] = []
-            n_parts, pos = _count(buf, pos, flexible)
+            n_parts, pos = read_count(buf, pos, flexible)
             for _ in range(n_parts):
                 if version >= 4:
                     index, epoch, timestamp = part_struct.unpack_from(buf, pos)

@@ -34,8 +34,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from broker.protocol.framing import (
+    Buffer,
     InvalidRequestError,
-    read_uvarint,
+    read_count,
+    read_nullable_bytes,
+    read_nullable_string,
+    read_string,
     skip_tagged_fields,
     write_uvarint,
 )
@@ -78,70 +82,30 @@ class ProduceRequest(NamedTuple):
     topic_data: tuple[ProduceTopicData, ...]
 
 
-def _length(buf: bytes, pos: int, flexible: bool, wide: bool) -> tuple[int, int]:
-    """A length or count: compact (unsigned varint of n + 1, 0 = null: -1) when flexible,
-    else int32 (``wide``) or int16; -1 stands for null."""
-    if flexible:
-        n, pos = read_uvarint(buf, pos)
-        return n - 1, pos
-    if wide:
-        (n,) = _I32.unpack_from(buf, pos)
-        return n, pos + 4
-    (n,) = _I16.unpack_from(buf, pos)
-    return n, pos + 2
-
-
-def _string(buf: bytes, pos: int, flexible: bool, nullable: bool) -> tuple[str | None, int]:
-    n, pos = _length(buf, pos, flexible, wide=False)
-    if n < 0:
-        if n == -1 and nullable:
-            return None, pos
-        raise InvalidRequestError("null or negative string length")
-    end = pos + n
-    if end > len(buf):
-        raise InvalidRequestError("string runs past the end of the request")
-    return bytes(buf[pos:end]).decode("utf-8"), end
-
-
-def _count(buf: bytes, pos: int, flexible: bool) -> tuple[int, int]:
-    n, pos = _length(buf, pos, flexible, wide=True)
-    if n < 0:
-        raise InvalidRequestError("null or negative array length")
-    return n, pos
-
-
-def decode_request(version: int, buf: bytes, pos: int) -> ProduceRequest:
+def decode_request(version: int, buf: Buffer, pos: int) -> ProduceRequest:
     """Decode a Produce request body starting at ``pos`` (after the header); ``records`` are
     views of ``buf``, which must stay unchanged while they are used."""
     flexible = version >= FLEXIBLE_FROM
     view = memoryview(buf)
     try:
-        transactional_id, pos = _string(buf, pos, flexible, nullable=True)
+        transactional_id, pos = read_nullable_string(buf, pos, flexible)
         acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, pos)
         pos += _ACKS_TIMEOUT.size
         topics: list[ProduceTopicData] = []
-        n_topics, pos = _count(buf, pos, flexible)
+        n_topics, pos = read_count(buf, pos, flexible)
         for _ in range(n_topics):
-            name, pos = _string(buf, pos, flexible, nullable=False)
+            name, pos = read_string(buf, pos, flexible)
             parts: list[ProducePartitionData] = []
-            n_parts, pos = _count(buf, pos, flexible)
+            n_parts, pos = read_count(buf, pos, flexible)
             for _ in range(n_parts):
                 (index,) = _I32.unpack_from(buf, pos)
-                n, pos = _length(buf, pos + 4, flexible, wide=True)
-                records: memoryview | None = None
-                if n >= 0:
-                    if pos + n > len(buf):
-                        raise InvalidRequestError("records run past the end of the request")
-                    records = view[pos : pos + n]
-                    pos += n
-                elif n != -1:
-                    raise InvalidRequestError("negative records length")
+                records, pos = read_nullable_bytes(view, pos + 4, flexible)
                 if flexible:
                     pos = skip_tagged_fields(buf, pos)
                 parts.append(ProducePartitionData(index, records))
             if flexible:
                 pos = skip_tagged_fields(buf, pos)
-            topics.append(ProduceTopicData(str(name), tuple(parts)))
+            topics.append(ProduceTopicData(name, tuple(parts)))
         if flexible:
             pos = skip_tagged_fields(buf, pos)
     except (struct.error, UnicodeDecodeError) as exc:

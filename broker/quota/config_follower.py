@@ -5,29 +5,42 @@ ZooKeeper, as Kafka's ``DynamicConfigManager`` does with its ``UserConfigHandler
 notification naming ``users/<user>``, ``clients/<client-id>`` or
 ``users/<user>/clients/<client-id>`` re-reads that entity.
 
+ZooKeeper is reached through :class:`QuotaConfigSource` (the ZooKeeper client,
+``broker.zk.client.ZkClient``, is one), so this floor imports nothing of ``broker.zk``.
+
 Concurrency: as :class:`~broker.metadata.config_changes.ConfigChangeFollower`'s.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from broker.metadata.config_changes import ConfigChangeFollower
+from broker.metadata.config_changes import ConfigChangeFollower, ConfigChangeSource
 from broker.quota.entities import CLIENTS, USERS, QuotaEntity
 from broker.quota.manager import ClientQuotas
 
-if TYPE_CHECKING:
-    from broker.zk.client import ZkClient
-
-__all__ = ["QuotaConfigFollower"]
+__all__ = ["QuotaConfigFollower", "QuotaConfigSource"]
 
 
-class QuotaConfigFollower(ConfigChangeFollower["ZkClient"]):
+class QuotaConfigSource(ConfigChangeSource, Protocol):
+    """The ZooKeeper operations the quota follower uses: the config changes', and reading
+    the user and client entities' configs."""
+
+    async def list_entities(self, entity_type: str) -> list[str]:
+        """The (sanitized) names under ``/config/<entity_type>``."""
+        ...
+
+    async def get_entity_config(self, entity_type: str, name: str) -> dict[str, str]:
+        """``/config/<entity_type>/<name>``'s config (empty if none)."""
+        ...
+
+
+class QuotaConfigFollower(ConfigChangeFollower[QuotaConfigSource]):
     """Loads the quota configs and follows their change notifications."""
 
     name = "quota-config-changes"
 
-    def __init__(self, zk: ZkClient, quotas: ClientQuotas) -> None:
+    def __init__(self, zk: QuotaConfigSource, quotas: ClientQuotas) -> None:
         super().__init__(zk)
         self.quotas = quotas
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 WILDCARD = "*"
@@ -189,6 +190,10 @@ class AccessControlEntry:
         )
 
 
+AclUpdate = Callable[[frozenset[AccessControlEntry]], frozenset[AccessControlEntry]]
+"""What an ACL store applies to a pattern's entries, read-modify-write: the new entries."""
+
+
 def encode_acls(entries: frozenset[AccessControlEntry]) -> bytes:
     ordered = sorted(entries, key=lambda e: (e.principal, e.host, e.operation, e.permission))
     return json.dumps({"version": 1, "acls": [e.to_json() for e in ordered]}).encode()
@@ -222,16 +227,9 @@ class AclBindingFilter:
     def matches_pattern(self, pattern: ResourcePattern) -> bool:
         if self.resource_type not in (ResourceType.ANY, pattern.type):
             return False
-        pt = self.pattern_type
-        if pt == PatternType.ANY:
-            return self.name is None or self.name == pattern.name
-        if pt == PatternType.MATCH:
-            if self.name is None:
-                return True
-            if pattern.pattern == PatternType.LITERAL:
-                return pattern.name in (self.name, WILDCARD)
-            return self.name.startswith(pattern.name)
-        if pt != pattern.pattern:
+        if self.pattern_type == PatternType.MATCH:
+            return self.name is None or _applies_to(pattern, self.name)
+        if self.pattern_type not in (PatternType.ANY, pattern.pattern):
             return False
         return self.name is None or self.name == pattern.name
 
@@ -245,3 +243,11 @@ class AclBindingFilter:
 
     def matches(self, binding: AclBinding) -> bool:
         return self.matches_pattern(binding.pattern) and self.matches_entry(binding.entry)
+
+
+def _applies_to(pattern: ResourcePattern, name: str) -> bool:
+    """Whether a stored ``pattern`` applies to the resource ``name`` (a MATCH filter): a
+    LITERAL one by that name or the wildcard, a PREFIXED one that ``name`` starts with."""
+    if pattern.pattern == PatternType.LITERAL:
+        return pattern.name in (name, WILDCARD)
+    return name.startswith(pattern.name)

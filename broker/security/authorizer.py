@@ -15,6 +15,10 @@ Decision, as Kafka's:
    asked allows: DESCRIBE is implied by READ, WRITE, DELETE and ALTER; DESCRIBE_CONFIGS by
    ALTER_CONFIGS; everything by ALL. Nothing matching: denied.
 
+ZooKeeper is reached through :class:`AclStore`, the operations the authorizer needs (the
+ZooKeeper client, ``broker.zk.client.ZkClient``, has them), so this floor imports nothing
+of ``broker.zk``.
+
 Concurrency: the cache is read and replaced on the broker's event loop; the ZooKeeper
 watches hop back to the loop (``ZkSession``), and the notifications are handled by one task.
 """
@@ -24,8 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from broker.security.acl import (
     WILDCARD,
@@ -33,15 +37,13 @@ from broker.security.acl import (
     AccessControlEntry,
     AclBinding,
     AclBindingFilter,
+    AclUpdate,
     Operation,
     PatternType,
     Permission,
     ResourcePattern,
     ResourceType,
 )
-
-if TYPE_CHECKING:
-    from broker.zk.security import ZkSecurityOps
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,32 @@ _IMPLIED: dict[Operation, frozenset[Operation]] = {
 }
 
 
+class AclStore(Protocol):
+    """The ZooKeeper ACL store's operations the authorizer uses."""
+
+    async def ensure_acl_paths(self) -> None: ...
+
+    async def all_acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]: ...
+
+    async def get_acls(self, pattern: ResourcePattern) -> frozenset[AccessControlEntry]: ...
+
+    async def update_acls(
+        self, pattern: ResourcePattern, update: AclUpdate
+    ) -> frozenset[AccessControlEntry]:
+        """Apply ``update`` to the pattern's stored entries and announce the change; the new
+        entries."""
+        ...
+
+    async def watch_acl_changes(self, callback: Callable[[str, list[str]], None]) -> object:
+        """Call ``callback(directory, notification names)`` on every change of either change
+        directory (the watches it returns are not used)."""
+        ...
+
+    async def get_acl_change(self, directory: str, name: str) -> ResourcePattern | None:
+        """The pattern a change notification names (None: gone or unreadable)."""
+        ...
+
+
 def parse_super_users(text: str | None) -> frozenset[str]:
     """``super.users``: principals separated by semicolons (``User:admin;User:broker``)."""
     return frozenset(p.strip() for p in (text or "").split(";") if p.strip())
@@ -71,7 +99,7 @@ class AclAuthorizer:
 
     def __init__(
         self,
-        zk: ZkSecurityOps,
+        zk: AclStore,
         *,
         super_users: frozenset[str] = frozenset(),
         allow_if_no_acl: bool = False,

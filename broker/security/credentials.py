@@ -1,6 +1,9 @@
 """The broker's cache of SCRAM credentials, from ``/config/users/<user>`` (Kafka's
 ``CredentialCache`` fed by the ``/config/changes`` notifications naming ``users/<user>``).
 
+ZooKeeper is reached through :class:`UserConfigSource` (the ZooKeeper client,
+``broker.zk.client.ZkClient``, is one), so this floor imports nothing of ``broker.zk``.
+
 Concurrency: read and updated on the broker's event loop; following the notifications as
 :class:`~broker.metadata.config_changes.ConfigChangeFollower` does.
 """
@@ -8,26 +11,36 @@ Concurrency: read and updated on the broker's event loop; following the notifica
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from broker.metadata.config_changes import ConfigChangeFollower
+from broker.metadata.config_changes import ConfigChangeFollower, ConfigChangeSource
 from broker.quota.entities import desanitize, sanitize
 from kafka_security.scram import CredentialFormatError, ScramCredential, user_credentials
-
-if TYPE_CHECKING:
-    from broker.zk.client import ZkClient
 
 log = logging.getLogger(__name__)
 
 USERS = "users"
 
 
-class CredentialCache(ConfigChangeFollower["ZkClient"]):
+class UserConfigSource(ConfigChangeSource, Protocol):
+    """The ZooKeeper operations the credential cache uses: the config changes', and reading
+    the user entities' configs."""
+
+    async def list_entities(self, entity_type: str) -> list[str]:
+        """The (sanitized) names under ``/config/<entity_type>``."""
+        ...
+
+    async def get_entity_config(self, entity_type: str, name: str) -> dict[str, str]:
+        """``/config/<entity_type>/<name>``'s config (empty if none)."""
+        ...
+
+
+class CredentialCache(ConfigChangeFollower[UserConfigSource]):
     """SCRAM credentials by (mechanism, user), kept current from ZooKeeper."""
 
     name = "user-config-changes"
 
-    def __init__(self, zk: ZkClient) -> None:
+    def __init__(self, zk: UserConfigSource) -> None:
         super().__init__(zk)
         self._credentials: dict[str, dict[str, ScramCredential]] = {}
 

@@ -13,14 +13,18 @@ client of another broker's inter-broker listener; from Kafka's settings:
 * The inter-broker login: ``sasl.mechanism.inter.broker.protocol`` and the ``username`` and
   ``password`` of the inter-broker listener's JAAS config for that mechanism.
 
+The settings are read from a :class:`ListenerSettings` (the broker's configuration,
+``broker.config.BrokerConfig``, is one), so this floor imports nothing of ``broker.config``.
+
 Concurrency: immutable after start-up.
 """
 
 from __future__ import annotations
 
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from broker.config_def import ConfigError
 from broker.security.principal import (
@@ -33,8 +37,28 @@ from broker.security.principal import (
 from broker.security.security_configs import PROTOCOLS, SUPPORTED_MECHANISMS
 from kafka_security.jaas import JaasConfigError, parse_jaas
 
-if TYPE_CHECKING:
-    from broker.config import BrokerConfig
+
+class NamedListener(Protocol):
+    """A listener of ``advertised.listeners`` (``broker.config.Listener``): its name."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class ListenerSettings(Protocol):
+    """The broker settings read here: by name, and as a listener sees them."""
+
+    @property
+    def advertised_listeners(self) -> Sequence[NamedListener]: ...
+
+    def __getitem__(self, name: str) -> Any:
+        """A setting's parsed value."""
+        ...
+
+    def listener_value(self, listener: str, name: str) -> Any:
+        """A setting as ``listener`` sees it: its ``listener.name.<listener>.<name>``
+        override, else the broker-wide value."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +89,7 @@ class ListenerSecurity:
         return map_distinguished_name(subject_of(der), self.principal_rules)
 
 
-def protocol_map(config: BrokerConfig) -> dict[str, str]:
+def protocol_map(config: ListenerSettings) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in config["listener.security.protocol.map"]:
         name, _, proto = item.partition(":")
@@ -79,7 +103,7 @@ def protocol_map(config: BrokerConfig) -> dict[str, str]:
     return out
 
 
-def listener_protocol(config: BrokerConfig, listener: str) -> str:
+def listener_protocol(config: ListenerSettings, listener: str) -> str:
     mapping = protocol_map(config)
     if listener in mapping:
         return mapping[listener]
@@ -89,7 +113,7 @@ def listener_protocol(config: BrokerConfig, listener: str) -> str:
     )
 
 
-def build_listener_security(config: BrokerConfig, listener: str) -> ListenerSecurity:
+def build_listener_security(config: ListenerSettings, listener: str) -> ListenerSecurity:
     protocol = listener_protocol(config, listener)
 
     def get(name: str) -> Any:
@@ -130,7 +154,7 @@ def build_listener_security(config: BrokerConfig, listener: str) -> ListenerSecu
     )
 
 
-def jaas_of(config: BrokerConfig, listener: str, mechanism: str) -> Any:
+def jaas_of(config: ListenerSettings, listener: str, mechanism: str) -> Any:
     """The JAAS config of ``mechanism`` on ``listener`` (``listener.name.<l>.<mech>.
     sasl.jaas.config``, else ``sasl.jaas.config``), parsed; None if unset."""
     text = config.listener_value(listener, f"{mechanism.lower()}.sasl.jaas.config")
@@ -145,7 +169,7 @@ def jaas_of(config: BrokerConfig, listener: str, mechanism: str) -> Any:
         raise ConfigError(str(exc)) from None
 
 
-def inter_broker_listener(config: BrokerConfig) -> str:
+def inter_broker_listener(config: ListenerSettings) -> str:
     """The name of the listener brokers use between themselves."""
     names = [x.name for x in config.advertised_listeners]
     explicit = config["inter.broker.listener.name"]
@@ -163,7 +187,7 @@ def inter_broker_listener(config: BrokerConfig) -> str:
     return names[0]
 
 
-def inter_broker_client_security(config: BrokerConfig) -> Any:
+def inter_broker_client_security(config: ListenerSettings) -> Any:
     """What this broker presents as the client of other brokers' inter-broker listener
     (a :class:`~kafka_security.client_security.ClientSecurity`; None on PLAINTEXT)."""
     from kafka_security.client_security import ClientSecurity

@@ -27,6 +27,7 @@ from broker.security.acl import (
     EXTENDED_ACL_PATH,
     STORED_TYPES,
     AccessControlEntry,
+    AclUpdate,
     PatternType,
     ResourcePattern,
     ResourceType,
@@ -39,7 +40,6 @@ from broker.zk.session import ZkSession
 from broker.zk.znodes.common import CONFIG_CHANGES_PATH, CONFIG_PATH
 
 ACL_ROOTS = (ACL_PATH, ACL_CHANGES_PATH, EXTENDED_ACL_PATH, EXTENDED_ACL_CHANGES_PATH)
-AclUpdate = Callable[[frozenset[AccessControlEntry]], frozenset[AccessControlEntry]]
 
 
 class ZkSecurityOps(ZkSession):
