@@ -2,8 +2,8 @@
 
 Each partition's ``records`` first passes Kafka's ``ProduceRequest.validateRecords`` (one
 batch, magic 2, no zstd before v7; INVALID_RECORD or UNSUPPORTED_COMPRESSION_TYPE for that
-partition), then the replica manager's full validation (``records.validate_for_append``).
-A client may not append to the internal topics (INVALID_TOPIC_EXCEPTION, as Kafka).
+partition), then the log's validation (``broker/log/log_validator.py``, called by the replica
+manager). A client may not append to the internal topics (INVALID_TOPIC_EXCEPTION, as Kafka).
 
 acks=0 sends no response; acks=1 answers after the leader's append; acks=-1 (all) answers
 once the in-sync replicas have the records (the replica manager's purgatory), or with
@@ -54,34 +54,16 @@ async def handle(ctx: RequestContext, request: messages.ProduceRequest) -> Respo
     if ctx.services.authorizer is not None:  # all an unsecured broker pays for authorization
         if not _transactional_id_authorized(ctx, request):
             return None if acks == 0 else _refuse_all(ctx.version, request)
-        refused = denied(ctx, Operation.WRITE, ResourceType.TOPIC, (t.name for t in topic_data))
-        if refused:
-            for topic in topic_data:
-                if topic.name in refused:
-                    for part in topic.partition_data:
-                        tp = TopicPartition(topic.name, int(part.index))
-                        results[tp] = ProduceResult(ErrorCode.topic_authorization_failed)
-            topic_data = [t for t in topic_data if t.name not in refused]
+        topic_data = _authorized_topics(ctx, topic_data, results)
     for topic in topic_data:
         for part in topic.partition_data:
             tp = TopicPartition(topic.name, int(part.index))
-            if acks not in (0, 1, -1):
-                results[tp] = ProduceResult(ErrorCode.invalid_required_acks)
-                continue
-            if tp.topic in INTERNAL_TOPICS and ctx.header.client_id != ADMIN_CLIENT_ID:
-                results[tp] = ProduceResult(
-                    ErrorCode.invalid_topic_exception,
-                    error_message=f"Cannot append to internal topic {tp.topic}",
-                )
+            refusal = _check_partition(ctx, acks, tp, part.records)
+            if refusal is None:
+                entries[tp] = part.records
+            else:
+                results[tp] = refusal
                 entries.pop(tp, None)
-                continue
-            try:
-                records.check_produce_payload(ctx.version, part.records)
-            except KafkaError as exc:
-                results[tp] = ProduceResult(exc.code, error_message=str(exc))
-                entries.pop(tp, None)
-                continue
-            entries[tp] = part.records
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     if entries:
         results.update(
@@ -98,6 +80,43 @@ async def handle(ctx: RequestContext, request: messages.ProduceRequest) -> Respo
     if acks == 0:
         return None
     return build_response(ctx.version, request, results, throttle_ms)
+
+
+def _authorized_topics(
+    ctx: RequestContext, topic_data: Sequence[Any], results: dict[TopicPartition, ProduceResult]
+) -> Sequence[Any]:
+    """The topics the principal may WRITE; the partitions of the others answer
+    TOPIC_AUTHORIZATION_FAILED (in ``results``)."""
+    refused = denied(ctx, Operation.WRITE, ResourceType.TOPIC, (t.name for t in topic_data))
+    if not refused:
+        return topic_data
+    for topic in topic_data:
+        if topic.name in refused:
+            for part in topic.partition_data:
+                tp = TopicPartition(topic.name, int(part.index))
+                results[tp] = ProduceResult(ErrorCode.topic_authorization_failed)
+    return [t for t in topic_data if t.name not in refused]
+
+
+def _check_partition(
+    ctx: RequestContext, acks: int, tp: TopicPartition, data: bytes | None
+) -> ProduceResult | None:
+    """The request-level checks of one partition's records (None: append them): valid
+    acks, not an internal topic, and the Produce request's rules for its version (Kafka's
+    ``ProduceRequest.validateRecords``). The records themselves are validated by the log
+    (``broker/log/log_validator.py``, through the replica manager)."""
+    if acks not in (0, 1, -1):
+        return ProduceResult(ErrorCode.invalid_required_acks)
+    if tp.topic in INTERNAL_TOPICS and ctx.header.client_id != ADMIN_CLIENT_ID:
+        return ProduceResult(
+            ErrorCode.invalid_topic_exception,
+            error_message=f"Cannot append to internal topic {tp.topic}",
+        )
+    try:
+        records.check_produce_payload(ctx.version, data)
+    except KafkaError as exc:
+        return ProduceResult(exc.code, error_message=str(exc))
+    return None
 
 
 def _transactional_id_authorized(ctx: RequestContext, request: Any) -> bool:

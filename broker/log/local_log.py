@@ -1,7 +1,9 @@
 """The segments of one partition's log on local disk (Kafka's ``LocalLog``): the directory,
-the ordered segments, the log start / recovery point / log end markers, reads, flushes, and
-the delayed deletion of segment files. :class:`~broker.log.log.Log` builds the partition log
-on top of it (appends, producer state, leader epochs, truncation, retention, transactions).
+the ordered segments, the log start / recovery point / log end markers, the active segment
+and rolling, reads, flushes, truncation of the segments, and the delayed deletion of segment
+files. :class:`~broker.log.log.Log` (Kafka's ``UnifiedLog``) has one and adds what spans
+more than the segments: appends with their validation, producer state, leader epochs, the
+high watermark, retention (:mod:`broker.log.log_retention`) and transactions.
 
 Compaction's output comes in through ``replace_with_cleaned`` (Kafka's ``replaceSegments``),
 a sequence of renames that is safe to interrupt at any point (the loader finishes or undoes
@@ -38,7 +40,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
 from broker.clock import Clock
 from broker.log.checkpoints import fsync_dir
@@ -64,11 +66,18 @@ logger = logging.getLogger(__name__)
 
 DELETE_DIR_SUFFIX = "-delete"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
-SegmentPredicate = Callable[["LogSegment", "LogSegment | None"], bool]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-_L = TypeVar("_L", bound="LocalLog")
+
+
+class _Storage(Protocol):
+    """What :func:`storage_operation` needs of the object whose method it guards."""
+
+    def io_error(self, what: str, exc: OSError) -> LogDirOfflineError: ...
+
+
+_L = TypeVar("_L", bound=_Storage)
 
 
 def storage_operation(
@@ -137,7 +146,21 @@ class LocalLog:
         self._dir_dirty = False
         self._truncations = 0  # bumped by truncation, so a concurrent flush can tell
         self._closed = False
-        self._high_watermark: int | None = None
+
+    def restore(
+        self, segments: LogSegments, *, log_start_offset: int, recovery_point: int, dir_dirty: bool
+    ) -> None:
+        """Take the segments and markers the loader found (:mod:`broker.log.log_loader`)."""
+        self._segments = segments
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._dir_dirty = dir_dirty
+
+    def sync_dir_if_dirty(self) -> None:
+        """fsync the directory if files were created or removed since the last time."""
+        if self._dir_dirty:
+            fsync_dir(self.dir)
+            self._dir_dirty = False
 
     # ======================================================================================
     # state
@@ -146,6 +169,10 @@ class LocalLog:
     @property
     def log_start_offset(self) -> int:
         return self._log_start_offset
+
+    @log_start_offset.setter
+    def log_start_offset(self, offset: int) -> None:
+        self._log_start_offset = offset
 
     @property
     def log_end_offset(self) -> int:
@@ -167,6 +194,12 @@ class LocalLog:
     @property
     def active_segment(self) -> LogSegment:
         return self._segments.active
+
+    @property
+    def log_segments(self) -> LogSegments:
+        """The live segments themselves (for the owning :class:`~broker.log.log.Log`: lookups
+        by offset, header scans; not to be changed but through this class)."""
+        return self._segments
 
     @property
     def last_flush_ms(self) -> int:
@@ -191,7 +224,8 @@ class LocalLog:
         """True once the log's directory has failed (nothing is read or written any more)."""
         return self.dir_status.offline
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise if the log is closed or its directory offline."""
         if self._closed:
             raise LogClosedError(f"log {self.topic_partition} is closed")
         if self.dir_status.offline:
@@ -206,17 +240,15 @@ class LocalLog:
         self.dir_status.fail(message, exc)
         return LogDirOfflineError(f"{message}: {exc}")
 
-    def _segment_index(self, offset: int) -> int:
-        """Index of the segment whose range holds ``offset`` (0 if below the first)."""
-        return self._segments.index_of(offset)
-
-    def _new_jitter(self) -> int:
+    def new_jitter(self) -> int:
+        """A random ``segment.jitter.ms`` share for a new segment's roll time."""
         jitter = self.config.segment_jitter_ms
         if jitter <= 0:
             return 0
         return self._rng.randrange(min(jitter, self.config.max_segment_ms))
 
-    def _maybe_flush(self, now: int) -> None:
+    def maybe_flush(self, now: int) -> None:
+        """Flush if ``flush.messages`` or ``flush.ms`` say so."""
         config = self.config
         if (
             self.log_end_offset - self._recovery_point >= config.flush_messages
@@ -224,19 +256,78 @@ class LocalLog:
         ):
             self.flush()
 
-    @property
-    def high_watermark(self) -> int | None:
-        """Set by the replication layer; retention never deletes a segment reaching above
-        it (None: no bound)."""
-        return self._high_watermark
+    # ======================================================================================
+    # appends, rolls, truncation
+    # ======================================================================================
 
-    @high_watermark.setter
-    def high_watermark(self, value: int | None) -> None:
-        self._high_watermark = value
-        self._on_high_watermark(value)
+    def append(self, records: memoryview, batch_infos: list[tuple[int, int, int]]) -> None:
+        """Write batches (offsets assigned, ``(last offset, timestamp, size)`` each) to the
+        active segment, indexing them."""
+        self._segments.active.append(
+            records, batch_infos, index_interval_bytes=self.config.index_interval_bytes
+        )
 
-    def _on_high_watermark(self, high_watermark: int | None) -> None:
-        """Hook for subclasses (the producer state learns which markers are replicated)."""
+    def roll(self, expected_next_offset: int | None = None) -> bool:
+        """Start a new active segment at ``expected_next_offset`` or the log end, whichever is
+        higher. An empty active segment is replaced, or, if it already starts there, kept
+        with its creation time reset (then False: nothing rolled)."""
+        new_base = max(expected_next_offset or 0, self.log_end_offset)
+        active = self._segments.active
+        now = self._clock.time_ms()
+        if active.is_empty:
+            if active.base_offset == new_base:
+                active.created_ms = now
+                return False
+            # an empty active segment is replaced, not kept
+            self._segments.pop_active()
+            active.delete_files_now()
+        else:
+            active.on_become_inactive()
+            self._pending_roll_flush = new_base
+        segment = LogSegment.create(
+            self.dir,
+            new_base,
+            max_index_size=self.config.segment_index_bytes,
+            created_ms=now,
+            roll_jitter_ms=self.new_jitter(),
+        )
+        self._segments.append(segment)
+        self._dir_dirty = True
+        self._log_start_offset = max(self._log_start_offset, self._segments.first.base_offset)
+        return True
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding an offset ``>= offset``, ``offset`` being at or above
+        the first segment's base (a batch straddling it goes entirely); the log start, the
+        recovery point and a pending roll flush come down to the new log end."""
+        self._truncations += 1
+        self._schedule_delete(self._segments.drop_after(offset))
+        self._segments.active.truncate_to(
+            offset, max_index_size=self.config.segment_index_bytes, now_ms=self._clock.time_ms()
+        )
+        leo = self.log_end_offset
+        self._log_start_offset = min(self._log_start_offset, leo)
+        self._recovery_point = min(self._recovery_point, leo)
+        if self._pending_roll_flush is not None and self._pending_roll_flush > leo:
+            self._pending_roll_flush = leo
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start an empty one at ``offset`` (log start = end =
+        recovery point = ``offset``)."""
+        self._truncations += 1
+        self._schedule_delete(self._segments.replace([]))
+        segment = LogSegment.create(
+            self.dir,
+            offset,
+            max_index_size=self.config.segment_index_bytes,
+            created_ms=self._clock.time_ms(),
+            roll_jitter_ms=self.new_jitter(),
+        )
+        self._segments.replace([segment])
+        self._dir_dirty = True
+        self._log_start_offset = offset
+        self._recovery_point = offset
+        self._pending_roll_flush = None
 
     # ======================================================================================
     # reads
@@ -259,7 +350,7 @@ class LocalLog:
         Raises OffsetOutOfRangeError outside ``[log_start_offset, log_end_offset]``; returns
         None when there is nothing to return.
         """
-        self._check_open()
+        self.check_open()
         leo = self.log_end_offset
         if offset < self._log_start_offset or offset > leo:
             raise OffsetOutOfRangeError(
@@ -286,7 +377,7 @@ class LocalLog:
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the earliest record at or after the log start whose
         timestamp is ``>= timestamp`` (ListOffsets by time); None if there is none."""
-        self._check_open()
+        self.check_open()
         lso = self._log_start_offset
         for segment in self._segments:
             if segment.next_offset <= lso or segment.max_timestamp < timestamp:
@@ -300,7 +391,7 @@ class LocalLog:
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         """``(max timestamp, offset of the first record with it)`` over the log, for
         ListOffsets MAX_TIMESTAMP (KIP-734); ``(-1, -1)`` when no record has a timestamp."""
-        self._check_open()
+        self.check_open()
         best: LogSegment | None = None
         for segment in self._segments:
             if segment.size and (best is None or segment.max_timestamp > best.max_timestamp):
@@ -313,21 +404,12 @@ class LocalLog:
     # deleting segments
     # ======================================================================================
 
-    def _deletable(self, predicate: SegmentPredicate) -> list[LogSegment]:
-        segments = self._segments
-        leo = self.log_end_offset
-        bound = leo if self.high_watermark is None else min(self.high_watermark, leo)
-        out: list[LogSegment] = []
-        for i, segment in enumerate(segments):
-            nxt = segments[i + 1] if i + 1 < len(segments) else None
-            if nxt is None and segment.is_empty:
-                break
-            upper = nxt.base_offset if nxt is not None else leo
-            if bound >= upper and predicate(segment, nxt):
-                out.append(segment)
-            else:
-                break
-        return out
+    def delete_prefix(self, doomed: list[LogSegment]) -> None:
+        """Delete ``doomed``, the oldest segments (not all of them): their files are renamed
+        now and removed after the delay; the log start follows the new first segment."""
+        self._segments.drop_prefix(len(doomed))
+        self._schedule_delete(doomed)
+        self._log_start_offset = max(self._log_start_offset, self._segments.first.base_offset)
 
     def _schedule_delete(self, doomed: list[LogSegment]) -> None:
         """Rename the segments' files to ``*.deleted``; delete them after the delay."""
@@ -373,21 +455,8 @@ class LocalLog:
         (base offsets; all in ``snapshot``, the segments the round read). False, and nothing
         changed, when the log moved on meanwhile: closed, truncated (``marker``), or those
         segments are no longer a run of inactive segments of this log, unchanged in size."""
-        if self._closed or marker != self._truncations:
-            return False
-        by_base = {s.base_offset: s for s in snapshot}
-        old = [by_base.get(b) for b in replaced]
-        current = list(self._segments)
-        if any(s is None for s in old) or not replaced or replaced[0] != base_offset:
-            return False
-        olds = [s for s in old if s is not None]
-        try:
-            i = current.index(olds[0])
-        except ValueError:
-            return False
-        if current[i : i + len(olds)] != olds or i + len(olds) >= len(current):
-            return False
-        if any(s.closed or s.active for s in olds):
+        olds = self._run_to_replace(base_offset, replaced, snapshot, marker)
+        if olds is None:
             return False
         directory = self.dir
         cleaned = {
@@ -413,16 +482,7 @@ class LocalLog:
             except FileNotFoundError:
                 continue
         fsync_dir(directory)
-        new = LogSegment.open(directory, base_offset, created_ms=self._clock.time_ms())
-        if not new.load_indexes():
-            new.recover(
-                index_interval_bytes=self.config.index_interval_bytes,
-                max_index_size=self.config.segment_index_bytes,
-                min_offset=base_offset,
-                epochs=[],
-            )
-            new.on_become_inactive()
-            new.flush()
+        new = self._open_cleaned(base_offset)
         self._segments.replace_run(olds, new)
         logger.info(
             "%s: cleaned segment %d replaces segments %s (%d -> %d bytes)",
@@ -433,6 +493,47 @@ class LocalLog:
             new.size,
         )
         return True
+
+    def _run_to_replace(
+        self,
+        base_offset: int,
+        replaced: tuple[int, ...],
+        snapshot: list[LogSegment],
+        marker: int,
+    ) -> list[LogSegment] | None:
+        """The segments ``replaced`` names, if they still are a run of inactive segments of
+        this log starting at ``base_offset``, unchanged since ``snapshot`` and ``marker``."""
+        if self._closed or marker != self._truncations:
+            return None
+        by_base = {s.base_offset: s for s in snapshot}
+        old = [by_base.get(b) for b in replaced]
+        current = list(self._segments)
+        if any(s is None for s in old) or not replaced or replaced[0] != base_offset:
+            return None
+        olds = [s for s in old if s is not None]
+        try:
+            i = current.index(olds[0])
+        except ValueError:
+            return None
+        if current[i : i + len(olds)] != olds or i + len(olds) >= len(current):
+            return None
+        if any(s.closed or s.active for s in olds):
+            return None
+        return olds
+
+    def _open_cleaned(self, base_offset: int) -> LogSegment:
+        """Open the swapped-in segment (its indexes rebuilt if they do not load)."""
+        new = LogSegment.open(self.dir, base_offset, created_ms=self._clock.time_ms())
+        if not new.load_indexes():
+            new.recover(
+                index_interval_bytes=self.config.index_interval_bytes,
+                max_index_size=self.config.segment_index_bytes,
+                min_offset=base_offset,
+                epochs=[],
+            )
+            new.on_become_inactive()
+            new.flush()
+        return new
 
     # ======================================================================================
     # flush, close, delete
@@ -447,7 +548,7 @@ class LocalLog:
         event loop keeps using the log: it works on a snapshot of the segment list, and it
         does not move the recovery point if the log was truncated meanwhile.
         """
-        self._check_open()
+        self.check_open()
         truncations = self._truncations
         segments = self._segments.snapshot()
         leo = segments[-1].next_offset
@@ -464,6 +565,16 @@ class LocalLog:
             if pending is not None and pending <= target:
                 self._pending_roll_flush = None
         self._last_flush_ms = self._clock.time_ms()
+
+    def close(self) -> None:
+        """Close every segment (the active one's indexes trimmed) without flushing; pending
+        ``*.deleted`` files are removed now."""
+        for segment in self._segments:
+            segment.close()
+        for pending in self._pending_deletes:
+            pending.segment.delete_files_now(pending.paths)
+        self._pending_deletes = []
+        self._closed = True
 
     def close_handles(self) -> None:
         """Close every file without flushing or writing anything (for a log being deleted,
@@ -500,6 +611,6 @@ class LocalLog:
 
     def __repr__(self) -> str:
         return (
-            f"Log({self.topic_partition}, start={self._log_start_offset}, "
+            f"LocalLog({self.topic_partition}, start={self._log_start_offset}, "
             f"end={self.log_end_offset}, segments={len(self._segments)})"
         )

@@ -31,7 +31,7 @@ import logging
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.clock import Clock
@@ -94,6 +94,27 @@ class LoadedLog:
     dir_dirty: bool
 
 
+@dataclass(slots=True)
+class _Recovered:
+    """What the segment pass of loading kept: the segments, the leader epochs of the
+    re-validated batches, the base of the first segment re-validated (None: none was)."""
+
+    kept: list[LogSegment] = field(default_factory=list)
+    epochs: list[tuple[int, int, int]] = field(default_factory=list)
+    first_recovered: int | None = None
+
+
+@dataclass(slots=True)
+class _DirectoryScan:
+    """The segment files of a partition directory: ``.log.swap`` bases, index ``.swap``
+    files, ``.log`` bases, and index files (base, path)."""
+
+    swaps: list[int] = field(default_factory=list)
+    index_swaps: list[Path] = field(default_factory=list)
+    logs: set[int] = field(default_factory=set)
+    indexes: list[tuple[int, Path]] = field(default_factory=list)
+
+
 class LogLoader:
     """Loads and recovers one partition directory (see the module docstring)."""
 
@@ -125,14 +146,28 @@ class LogLoader:
             recover_from = len(segments)
         else:
             recover_from = max(bisect.bisect_right(bases, recovery_point) - 1, 0)
-        interval = self.config.index_interval_bytes
-        max_index = self.config.segment_index_bytes
-        recovered_epochs: list[tuple[int, int, int]] = []
-        kept: list[LogSegment] = []
+        recovered = self._recover_segments(segments, recover_from)
+        dir_dirty = not recovered.kept
+        log_segments = self._with_active_segment(recovered.kept, log_start_offset, now)
+        leo = log_segments.active.next_offset
+        start = max(log_start_offset, log_segments.first.base_offset)
+        # everything re-validated was also fsynced by seg.flush() above
+        point = leo if clean_shutdown or recover_from < len(segments) else min(recovery_point, leo)
+        cache = self._load_epoch_cache(log_segments, recovered.epochs, start)
+        if start <= leo:
+            cache.truncate_from_end(leo)
+            cache.truncate_from_start(start)
+            self.load_producer_state(log_segments, start, leo, recovered.first_recovered)
+        return LoadedLog(log_segments, start, point, cache, dir_dirty)
+
+    def _recover_segments(self, segments: list[LogSegment], recover_from: int) -> _Recovered:
+        """Trust the segments below ``recover_from`` whose indexes load, re-validate the
+        others (:meth:`LogSegment.recover`); from the first one truncated at or after
+        ``recover_from`` on, later segments are deleted. Empty segments in the middle go."""
+        out = _Recovered()
         min_offset = 0
         truncated_at: int | None = None
-        dir_dirty = False
-        first_recovered: int | None = None
+        last = len(segments) - 1
         for i, seg in enumerate(segments):
             if truncated_at is not None:
                 logger.warning(
@@ -140,28 +175,34 @@ class LogLoader:
                 )
                 seg.delete_files_now()
                 continue
-            if i < recover_from and seg.base_offset >= min_offset and seg.load_indexes():
-                pass
-            else:
-                if first_recovered is None:
-                    first_recovered = seg.base_offset
+            if not (i < recover_from and seg.base_offset >= min_offset and seg.load_indexes()):
+                if out.first_recovered is None:
+                    out.first_recovered = seg.base_offset
                 truncated = seg.recover(
-                    index_interval_bytes=interval,
-                    max_index_size=max_index,
+                    index_interval_bytes=self.config.index_interval_bytes,
+                    max_index_size=self.config.segment_index_bytes,
                     min_offset=min_offset,
-                    epochs=recovered_epochs,
+                    epochs=out.epochs,
                 )
                 if truncated and i >= recover_from:
                     truncated_at = i
-                if i < len(segments) - 1 and truncated_at is None:
+                if i < last and truncated_at is None:
                     seg.on_become_inactive()
                 seg.flush()
-            if seg.is_empty and kept and truncated_at is None and i < len(segments) - 1:
+            if seg.is_empty and out.kept and truncated_at is None and i < last:
                 # an empty segment in the middle holds nothing: drop it
                 seg.delete_files_now()
                 continue
-            kept.append(seg)
+            out.kept.append(seg)
             min_offset = max(min_offset, seg.next_offset)
+        return out
+
+    def _with_active_segment(
+        self, kept: list[LogSegment], log_start_offset: int, now: int
+    ) -> LogSegments:
+        """The kept segments, the last one active (a new empty one at the log start if
+        none was kept), every other one inactive."""
+        max_index = self.config.segment_index_bytes
         if not kept:
             kept.append(
                 LogSegment.create(
@@ -172,7 +213,6 @@ class LogLoader:
                     roll_jitter_ms=self._new_jitter(),
                 )
             )
-            dir_dirty = True
         log_segments = LogSegments(kept)
         active = log_segments.active
         if not active.active:
@@ -181,17 +221,7 @@ class LogLoader:
             if seg.active:  # recovered as last before later segments were dropped
                 seg.on_become_inactive()
                 seg.flush()
-
-        leo = active.next_offset
-        start = max(log_start_offset, kept[0].base_offset)
-        # everything re-validated was also fsynced by seg.flush() above
-        point = leo if clean_shutdown or recover_from < len(segments) else min(recovery_point, leo)
-        cache = self._load_epoch_cache(log_segments, recovered_epochs, start)
-        if start <= leo:
-            cache.truncate_from_end(leo)
-            cache.truncate_from_start(start)
-            self.load_producer_state(log_segments, start, leo, first_recovered)
-        return LoadedLog(log_segments, start, point, cache, dir_dirty)
+        return log_segments
 
     def load_producer_state(
         self, segments: LogSegments, start: int, end: int, rebuild_from: int | None
@@ -222,10 +252,24 @@ class LogLoader:
 
     def clean_directory(self) -> list[int]:
         """Finish interrupted operations in the directory and return the segment bases."""
-        swaps: list[int] = []
-        index_swaps: list[Path] = []
-        logs: set[int] = set()
-        indexes: list[tuple[int, Path]] = []
+        scan = self._scan_directory()
+        for base in sorted(scan.swaps):
+            self._complete_swap(base, scan.logs)
+        for path in scan.index_swaps:  # an index renamed .swap before its .log was: not swapped
+            if path.exists():
+                logger.info("%s: removing leftover file %s", self.dir, path.name)
+                path.unlink()
+        for base, path in scan.indexes:
+            if base not in scan.logs:
+                logger.info("%s: removing orphan index %s", self.dir, path.name)
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        return sorted(scan.logs)
+
+    def _scan_directory(self) -> _DirectoryScan:
+        """The segment files of the directory by kind; the leftovers of interrupted
+        operations (``*.deleted``, ``*.cleaned``, ``*.tmp``) are removed on the way."""
+        scan = _DirectoryScan()
         for entry in os.scandir(self.dir):
             if not entry.is_file():
                 continue
@@ -240,28 +284,17 @@ class LogLoader:
             if m is None:
                 continue
             base = int(m.group(1))
+            is_log = m.group(2) == LOG_SUFFIX
             if m.group(3):
-                if m.group(2) == LOG_SUFFIX:
-                    swaps.append(base)
+                if is_log:
+                    scan.swaps.append(base)
                 else:
-                    index_swaps.append(path)
-                continue
-            if m.group(2) == LOG_SUFFIX:
-                logs.add(base)
+                    scan.index_swaps.append(path)
+            elif is_log:
+                scan.logs.add(base)
             else:
-                indexes.append((base, path))
-        for base in sorted(swaps):
-            self._complete_swap(base, logs)
-        for path in index_swaps:  # an index renamed .swap before its .log was: not swapped
-            if path.exists():
-                logger.info("%s: removing leftover file %s", self.dir, path.name)
-                path.unlink()
-        for base, path in indexes:
-            if base not in logs:
-                logger.info("%s: removing orphan index %s", self.dir, path.name)
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-        return sorted(logs)
+                scan.indexes.append((base, path))
+        return scan
 
     def _complete_swap(self, base: int, logs: set[int]) -> None:
         swap_log = segment_file(self.dir, base, LOG_SUFFIX + SWAP_SUFFIX)

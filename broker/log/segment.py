@@ -137,6 +137,15 @@ class _RecoveryWindow:
         return self.view
 
 
+def _framing_problem(header: BatchHeader, pos: int, file_size: int) -> str:
+    """Why the batch header at ``pos`` does not frame a v2 batch inside the file, or ""."""
+    if header.batch_length < MIN_BATCH_LENGTH or pos + header.size > file_size:
+        return f"batch length {header.batch_length} does not fit the file"
+    if header.magic != 2:
+        return f"magic {header.magic}"
+    return ""
+
+
 def _fdatasync(fd: int) -> None:
     if hasattr(os, "fdatasync"):
         os.fdatasync(fd)
@@ -353,15 +362,7 @@ class LogSegment:
         each batch whose epoch is above the last one recorded there (for the leader epoch
         cache).
         """
-        self.offset_index.reset()  # the entries of a half-loaded index go before reopening
-        self.offset_index.open_for_append(max_index_size)
-        self.time_index.reset()
-        self.time_index.open_for_append(max_index_size)
-        self.txn_index.reset()  # rebuilt from the markers by the producer-state replay
-        self.active = True
-        self.max_timestamp = NO_TIMESTAMP
-        self.offset_of_max_timestamp = self.base_offset
-        self._rolling_based_timestamp = None
+        self._reset_for_recovery(max_index_size)
         file_size = os.fstat(self._fd).st_size
         expected = max(min_offset, self.base_offset)
         pos = 0
@@ -379,46 +380,85 @@ class LogSegment:
                 buf = window.read(pos, HEADER_SIZE)
                 buf_start, off = pos, 0
             header = read_header(buf, off)
-            size = header.size
-            if header.batch_length < MIN_BATCH_LENGTH or pos + size > file_size:
-                reason = f"batch length {header.batch_length} does not fit the file"
+            reason = _framing_problem(header, pos, file_size)
+            if reason:
                 break
-            if header.magic != 2:
-                reason = f"magic {header.magic}"
-                break
-            if off + size > len(buf):
-                buf = window.read(pos, size)
+            if off + header.size > len(buf):
+                buf = window.read(pos, header.size)
                 buf_start, off = pos, 0
-            crc = crc32c.crc32c(buf[off + ATTRIBUTES_OFFSET : off + size])
-            if crc != header.crc:
-                reason = "CRC mismatch"
+            reason = self._content_problem(buf, off, header, expected)
+            if reason:
                 break
-            last_offset = header.base_offset + header.last_offset_delta
-            if (
-                header.base_offset < expected
-                or header.last_offset_delta < 0
-                or last_offset - self.base_offset > INT32_MAX
-            ):
-                reason = (
-                    f"offsets {header.base_offset}..{last_offset} out of order (expected "
-                    f">= {expected})"
-                )
-                break
-            if self._rolling_based_timestamp is None:
-                self._rolling_based_timestamp = header.max_timestamp
-            if epochs is not None:
-                epoch = header.partition_leader_epoch
-                if epoch >= 0 and (not epochs or epoch > epochs[-1][0]):
-                    epochs.append((epoch, header.base_offset, last_offset))
-            if header.max_timestamp > self.max_timestamp:
-                self.max_timestamp = header.max_timestamp
-                self.offset_of_max_timestamp = last_offset
-            if pos - last_entry_pos > index_interval_bytes:
-                self.offset_index.append(last_offset, pos)
-                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-                last_entry_pos = pos
-            expected = last_offset + 1
-            pos += size
+            last_entry_pos = self._recovered_batch(
+                header, pos, last_entry_pos, index_interval_bytes, epochs
+            )
+            expected = header.next_offset
+            pos += header.size
+        return self._finish_recovery(file_size, pos, reason, expected, last_entry_pos)
+
+    def _reset_for_recovery(self, max_index_size: int) -> None:
+        """Empty indexes open for appending, and no timestamps yet."""
+        self.offset_index.reset()  # the entries of a half-loaded index go before reopening
+        self.offset_index.open_for_append(max_index_size)
+        self.time_index.reset()
+        self.time_index.open_for_append(max_index_size)
+        self.txn_index.reset()  # rebuilt from the markers by the producer-state replay
+        self.active = True
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = self.base_offset
+        self._rolling_based_timestamp = None
+
+    def _content_problem(
+        self, buf: memoryview, off: int, header: BatchHeader, expected: int
+    ) -> str:
+        """Why the framed batch at ``off`` in ``buf`` is invalid (its CRC, its offsets
+        below ``expected`` or beyond a relative int32), or "" if it is valid."""
+        crc = crc32c.crc32c(buf[off + ATTRIBUTES_OFFSET : off + header.size])
+        if crc != header.crc:
+            return "CRC mismatch"
+        last_offset = header.base_offset + header.last_offset_delta
+        if (
+            header.base_offset < expected
+            or header.last_offset_delta < 0
+            or last_offset - self.base_offset > INT32_MAX
+        ):
+            return (
+                f"offsets {header.base_offset}..{last_offset} out of order (expected >= {expected})"
+            )
+        return ""
+
+    def _recovered_batch(
+        self,
+        header: BatchHeader,
+        pos: int,
+        last_entry_pos: int,
+        index_interval_bytes: int,
+        epochs: list[tuple[int, int, int]] | None,
+    ) -> int:
+        """Account for a valid batch at ``pos``: timestamps, its leader epoch, an index entry
+        if ``index_interval_bytes`` passed since the last (at ``last_entry_pos``). Returns
+        the position of the last index entry."""
+        last_offset = header.base_offset + header.last_offset_delta
+        if self._rolling_based_timestamp is None:
+            self._rolling_based_timestamp = header.max_timestamp
+        if epochs is not None:
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and (not epochs or epoch > epochs[-1][0]):
+                epochs.append((epoch, header.base_offset, last_offset))
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = last_offset
+        if pos - last_entry_pos > index_interval_bytes:
+            self.offset_index.append(last_offset, pos)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            return pos
+        return last_entry_pos
+
+    def _finish_recovery(
+        self, file_size: int, pos: int, reason: str, expected: int, last_entry_pos: int
+    ) -> int:
+        """Truncate the ``.log`` at ``pos`` (the end of the valid batches) if anything follows,
+        and set the segment's size and next offset. Returns the bytes truncated."""
         truncated = file_size - pos
         if truncated:
             logger.warning(

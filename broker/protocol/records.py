@@ -1,13 +1,16 @@
-"""Kafka record batches (magic v2), as bytes: header view, validation, patching, decoding.
+"""Kafka record batches (magic v2), as bytes: header view, framing, patching, encoding and
+decoding.
 
 Theory of operation. The broker's hot path never decodes individual records. A produce
 request carries a ``records`` blob that is a concatenation of record batches; the broker
-reads each batch's 61-byte header with one ``struct.unpack_from``, checks the length,
-magic and CRC-32C (which covers ``attributes`` to the end of the batch, so
+reads each batch's 61-byte header with one ``struct.unpack_from`` (``iter_batches`` checks
+the framing and the magic), and the CRC-32C covers ``attributes`` to the end of the batch, so
 ``baseOffset``, ``batchLength``, ``partitionLeaderEpoch`` and ``magic`` can be patched in
-place without recomputing it), then assigns offsets by overwriting ``baseOffset``. Only
-``LogAppendTime`` requires rewriting a CRC-covered field (``maxTimestamp`` and the
-timestamp-type attribute bit), after which the CRC is recomputed, as Kafka does.
+place without recomputing it. Only ``LogAppendTime`` requires rewriting a CRC-covered field
+(``maxTimestamp`` and the timestamp-type attribute bit), after which the CRC is recomputed,
+as Kafka does. Validating a payload before an append (Kafka's ``LogValidator``) is the log's:
+:mod:`broker.log.log_validator`; this module keeps the Produce request's own rule per version
+(``check_produce_payload``, Kafka's ``ProduceRequest.validateRecords``).
 
 Record-level decoding (``decode_records``) exists for the places whose semantics need it:
 control records, compaction, ``dump-log`` and tests. Decompression there is bounded.
@@ -138,16 +141,8 @@ class UnsupportedMagicError(KafkaError):
     code = ErrorCode.unsupported_for_message_format
 
 
-class RecordTooLargeError(KafkaError):
-    code = ErrorCode.message_too_large
-
-
 class InvalidRecordError(KafkaError):
     code = ErrorCode.invalid_record
-
-
-class InvalidTimestampError(KafkaError):
-    code = ErrorCode.invalid_timestamp
 
 
 class UnsupportedCompressionTypeError(KafkaError):
@@ -155,15 +150,6 @@ class UnsupportedCompressionTypeError(KafkaError):
     request older than v7 (Kafka's ProduceRequest.validateRecords)."""
 
     code = ErrorCode.unsupported_compression_type
-
-
-# The most a compressed batch may expand to when the broker decompresses it to validate its
-# records (Kafka sets no such bound; a decompression bomb would otherwise cost unbounded
-# memory, and a 1 MiB gzip or zstd batch can claim gigabytes). Legitimate batches are far
-# smaller: clients bound the uncompressed size of a batch (librdkafka batch.size 1 MB, the
-# Java client's 16 KiB), and 32 MiB is 32 times the default max.message.bytes. A codec may
-# hold its output twice while finishing, so a bomb costs the broker up to ~64 MiB, briefly.
-MAX_DECOMPRESSED_BYTES = 32 * 2**20
 
 
 def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
@@ -210,94 +196,6 @@ def crc_ok(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
     return compute_crc(buf, header) == header.crc
 
 
-@dataclass(frozen=True, slots=True)
-class ValidatedBatches:
-    """What the log needs to know about a validated produce payload."""
-
-    headers: list[BatchHeader]
-    record_count: int
-    max_timestamp: int
-    shallow_offset_of_max_timestamp_index: int  # index of the batch holding max_timestamp
-
-
-def validate_for_append(
-    buf: bytes | bytearray | memoryview,
-    *,
-    max_batch_bytes: int,
-    now_ms: int,
-    timestamp_before_max_ms: int,
-    timestamp_after_max_ms: int,
-    log_append_time: bool,
-    compacted: bool,
-) -> ValidatedBatches:
-    """Validate a produce payload: framing, magic 2, CRC, size, timestamps, record counts.
-
-    Raises a KafkaError subclass whose ``code`` the produce handler returns.
-    """
-    headers: list[BatchHeader] = []
-    total = 0
-    max_ts = NO_TIMESTAMP
-    max_index = 0
-    for header in iter_batches(buf):
-        if header.size > max_batch_bytes:
-            raise RecordTooLargeError(
-                f"record batch of {header.size} bytes exceeds max.message.bytes {max_batch_bytes}"
-            )
-        if header.compression not in compression.NAMES:
-            raise UnsupportedCompressionTypeError(
-                f"record batch at byte {header.position} uses unknown codec {header.compression}"
-            )
-        if not crc_ok(buf, header):
-            raise CorruptRecordError(f"record batch at byte {header.position} fails its CRC")
-        if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
-            raise InvalidRecordError(
-                f"record batch declares {header.record_count} records with lastOffsetDelta "
-                f"{header.last_offset_delta}"
-            )
-        if header.is_control:
-            raise InvalidRecordError("clients may not produce control batches")
-        if header.has_producer_id and header.base_sequence < 0:
-            raise InvalidRecordError(
-                f"invalid sequence number {header.base_sequence} in a record batch with "
-                f"producer id {header.producer_id}"
-            )
-        check_batch_records(buf, header)
-        if not log_append_time:
-            _check_timestamp(header, now_ms, timestamp_before_max_ms, timestamp_after_max_ms)
-        if compacted:
-            _check_keys_present(buf, header)
-        if header.max_timestamp > max_ts:
-            max_ts = header.max_timestamp
-            max_index = len(headers)
-        headers.append(header)
-        total += header.record_count
-    if not headers:
-        raise CorruptRecordError("produce request carried no record batch")
-    return ValidatedBatches(headers, total, max_ts, max_index)
-
-
-def check_batch_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
-    """Check that the batch's records (decompressed, at most ``MAX_DECOMPRESSED_BYTES``) are
-    exactly ``recordCount`` well-formed records, as Kafka's LogValidator does by iterating
-    them: InvalidRecordError (INVALID_RECORD) for a malformed record, DecompressionError
-    (CORRUPT_MESSAGE) for a payload that does not decompress or expands past the bound."""
-    start = header.position + HEADER_SIZE
-    end = header.position + header.size
-    if header.compression == compression.NONE:
-        payload: bytes | memoryview = memoryview(buf)[start:end]
-    else:
-        payload = compression.decompress(
-            header.compression, bytes(memoryview(buf)[start:end]), MAX_DECOMPRESSED_BYTES
-        )
-    try:
-        _check_records(payload, header.record_count)
-    except ValueError as exc:
-        raise InvalidRecordError(
-            f"record batch at byte {header.position} (declaring {header.record_count} records) "
-            f"is malformed: {exc}"
-        ) from exc
-
-
 def check_produce_payload(version: int, data: bytes | None) -> None:
     """Kafka's ``ProduceRequest.validateRecords`` for Produce v3+: exactly one batch, magic 2,
     no zstd before v7. Raises the KafkaError the partition is answered with."""
@@ -320,90 +218,6 @@ def check_produce_payload(version: int, data: bytes | None) -> None:
             raise UnsupportedCompressionTypeError(
                 f"Produce v{version} requests may not use zstd compression"
             )
-
-
-def _check_records_py(data: bytes | memoryview, count: int) -> None:
-    """The pure-Python twin of ``_record_check.check`` (see broker/protocol/_record_check.c)."""
-    end = len(data)
-    pos = 0
-
-    def varint(limit: int, max_bytes: int) -> int:
-        nonlocal pos
-        raw = shift = n = 0
-        while True:
-            if pos >= limit:
-                raise ValueError("truncated varint")
-            if n == max_bytes:
-                raise ValueError("varint is too long" if max_bytes == 5 else "varlong is too long")
-            b = data[pos]
-            pos += 1
-            n += 1
-            if n == max_bytes and b > (0x0F if max_bytes == 5 else 0x01):
-                raise ValueError(
-                    "varint overflows 32 bits" if max_bytes == 5 else "varlong overflows 64 bits"
-                )
-            raw |= (b & 0x7F) << shift
-            if not b & 0x80:
-                break
-            shift += 7
-        bits = 32 if max_bytes == 5 else 64
-        raw &= (1 << bits) - 1
-        return (raw >> 1) ^ -(raw & 1)
-
-    for index in range(count):
-        size = varint(end, 5)
-        if size < 0 or size > end - pos:
-            raise ValueError("record length runs past the end of the batch")
-        rec_end = pos + size
-        if pos >= rec_end:
-            raise ValueError("record too short for its attributes")
-        pos += 1
-        varint(rec_end, 10)
-        if varint(rec_end, 5) != index:
-            raise ValueError("record offset deltas are not 0, 1, 2, ... in order")
-        for _kv in range(2):
-            n = varint(rec_end, 5)
-            if n < -1 or n > rec_end - pos:
-                raise ValueError("key or value length runs past the end of its record")
-            pos += max(n, 0)
-        headers = varint(rec_end, 5)
-        if headers < 0:
-            raise ValueError("negative header count")
-        for _h in range(headers):
-            n = varint(rec_end, 5)
-            if n < 0 or n > rec_end - pos:
-                raise ValueError("header key length is negative or runs past its record")
-            pos += n
-            n = varint(rec_end, 5)
-            if n < -1 or n > rec_end - pos:
-                raise ValueError("header value length runs past the end of its record")
-            pos += max(n, 0)
-        if pos != rec_end:
-            raise ValueError("record fields do not fill its length")
-    if pos != end:
-        raise ValueError("bytes remain after the last record")
-
-
-try:
-    from broker.protocol._record_check import check as _check_records
-except ImportError:  # built without a C compiler: the same rules in Python
-    _check_records = _check_records_py
-
-
-def _check_timestamp(header: BatchHeader, now_ms: int, before_ms: int, after_ms: int) -> None:
-    ts = header.max_timestamp
-    if ts == NO_TIMESTAMP:
-        return
-    if now_ms - ts > before_ms or ts - now_ms > after_ms:
-        raise InvalidTimestampError(
-            f"timestamp {ts} of a batch is out of the allowed range around {now_ms}"
-        )
-
-
-def _check_keys_present(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
-    for record in decode_records(buf, header):
-        if record.key is None:
-            raise InvalidRecordError("compacted topics reject records without a key")
 
 
 def set_base_offset(buf: bytearray | memoryview, header: BatchHeader, base_offset: int) -> None:

@@ -9,7 +9,9 @@ and the version of the partition-state znode.
 As leader, the partition tracks every follower's log end offset (LEO) from the fetch offsets
 of its replica fetches, and when each follower last caught up with the leader's LEO. The high
 watermark (HW) is the smallest LEO among the in-sync replicas (the leader's own included);
-it never moves backwards and consumers never read past it. A follower whose LEO reached the
+it never moves backwards and consumers never read past it. The partition computes it; the log
+holds it (``Log.high_watermark``, as Kafka's ``UnifiedLog`` does), and
+``Partition.high_watermark`` reads and sets the log's. A follower whose LEO reached the
 HW (and the start of the current leader epoch) is added back to the ISR; one that has not
 caught up with the leader's LEO for ``replica.lag.time.max.ms`` is removed. ISR changes are
 *proposed* (``pending_isr``) and written by the replica manager to the partition-state znode
@@ -112,11 +114,22 @@ class Partition:
         self.zk_version = zk_version
         self.pending_isr: tuple[int, ...] | None = None
         self.followers: dict[int, FollowerState] = {}
-        self.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
-        log.high_watermark = self.high_watermark
+        log.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
         if self.is_leader:
             self._reset_followers(now_ms)
             self.maybe_increment_high_watermark()
+
+    @property
+    def high_watermark(self) -> int:
+        """The HW, held by the log alone (Kafka's ``Partition`` asks its ``UnifiedLog``);
+        set here, so never None for a partition's log."""
+        hw = self.log.high_watermark
+        assert hw is not None, "a partition's log always has a high watermark"
+        return hw
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        self.log.high_watermark = value
 
     # --- role -----------------------------------------------------------------------------
 
@@ -254,7 +267,6 @@ class Partition:
                 leo = state.leo if state is not None and state.leo >= 0 else self.high_watermark
                 new_hw = min(new_hw, leo)
         if new_hw > self.high_watermark:
-            self.high_watermark = new_hw
             self.log.high_watermark = new_hw
             return True
         return False
@@ -322,14 +334,11 @@ class Partition:
     def update_follower_high_watermark(self, leader_hw: int) -> None:
         new_hw = min(self.log.log_end_offset, leader_hw)
         if new_hw > self.high_watermark:
-            self.high_watermark = new_hw
             self.log.high_watermark = new_hw
 
     def truncate_to(self, offset: int) -> None:
+        """Truncate the log (which brings the HW down to its new end)."""
         self.log.truncate_to(offset)
-        if self.high_watermark > self.log.log_end_offset:
-            self.high_watermark = self.log.log_end_offset
-            self.log.high_watermark = self.high_watermark
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -350,18 +359,19 @@ class Partition:
         """Whole batches from ``offset``: up to the log end (followers), the high watermark
         (read_uncommitted consumers) or the last stable offset (read_committed consumers,
         with the aborted transactions of the returned range)."""
-        lso = self.last_stable_offset
         log = self.log
+        hw = self.high_watermark
+        lso = log.last_stable_offset(hw)
         if read_committed:
             max_offset: int | None = lso
         else:
-            max_offset = self.high_watermark if committed_only else None
+            max_offset = hw if committed_only else None
         leo = log.log_end_offset
         if offset == (leo if max_offset is None else max_offset) and offset >= log.log_start_offset:
             # caught up (the common case of an idle partition): nothing to read
             return ReadResult(
                 None,
-                self.high_watermark,
+                hw,
                 lso,
                 log.log_start_offset,
                 leo,
@@ -374,7 +384,7 @@ class Partition:
             aborted = self.log.collect_aborted_transactions(offset, upper)
         return ReadResult(
             data,
-            self.high_watermark,
+            hw,
             lso,
             self.log.log_start_offset,
             self.log.log_end_offset,
@@ -391,27 +401,30 @@ class Partition:
         the latest tiered offset (-5: none, -1), or the first offset whose timestamp is >=
         the target. Consumers see up to the high watermark, or the last stable offset when
         ``read_committed``; followers and tools (``committed_only`` False) the log end."""
-        plog = self.log
-        epoch = self.leader_epoch
         if read_committed:
             upper = self.last_stable_offset
         else:
-            upper = self.high_watermark if committed_only else plog.log_end_offset
-        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            return plog.log_start_offset, -1, epoch
+            upper = self.high_watermark if committed_only else self.log.log_end_offset
         if timestamp == LATEST_TIERED_TIMESTAMP:
             return -1, -1, -1  # Kafka's answer without remote storage
+        found = self._find_offset(timestamp, upper)
+        if found is None:
+            return -1, -1, self.leader_epoch
+        return found[0], found[1], self.leader_epoch
+
+    def _find_offset(self, timestamp: int, upper: int) -> tuple[int, int] | None:
+        """(offset, timestamp) answering a ListOffsets target, the offset below ``upper``
+        (but the log start for the earliest); None when there is none."""
+        plog = self.log
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return plog.log_start_offset, -1
         if timestamp == LATEST_TIMESTAMP:
-            return upper, -1, epoch
+            return upper, -1
         if timestamp == MAX_TIMESTAMP:
             ts, offset = plog.max_timestamp_and_offset()
-            if offset < 0 or offset >= upper:
-                return -1, -1, epoch
-            return offset, ts, epoch
+            return None if offset < 0 or offset >= upper else (offset, ts)
         found = plog.offset_for_timestamp(timestamp)
-        if found is None or found[0] >= upper:
-            return -1, -1, epoch
-        return found[0], found[1], epoch
+        return None if found is None or found[0] >= upper else found
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords on the leader: the log start moves to ``offset`` (-1: the high

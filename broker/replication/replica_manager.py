@@ -55,6 +55,7 @@ from typing import Any
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
+from broker.log import log_validator
 from broker.log.errors import LogDirOfflineError, OffsetOutOfRangeError
 from broker.log.log import AppendOrigin
 from broker.log.log_manager import LogManager
@@ -495,7 +496,7 @@ class ReplicaManager:
                 buf = (
                     data if isinstance(data, memoryview) and not data.readonly else bytearray(data)
                 )
-                validated = records.validate_for_append(
+                validated = log_validator.validate_for_append(
                     buf,
                     max_batch_bytes=max_batch,
                     now_ms=now,

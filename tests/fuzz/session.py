@@ -28,7 +28,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from broker.protocol import records
+from broker.log import log_validator
 from tests.fuzz import logcheck, strategies
 from tests.fuzz.canary import Canary
 from tests.fuzz.runner import Mix, Runner, Stats, pid_alive
@@ -97,7 +97,7 @@ def rss_budget(connections: int) -> int:
     finishes) and the allocator's slack; 236 MiB for 6 connections and 1 MiB frames. The
     amplification this guards against is of another order: a claimed array count cost
     264 GB, a claimed partition count 22 GB, before they were fixed."""
-    decompress_mb = records.MAX_DECOMPRESSED_BYTES // 2**20
+    decompress_mb = log_validator.MAX_DECOMPRESSED_BYTES // 2**20
     return (
         WORKING_SET_MB + connections * 2 * MAX_REQUEST_MB + 2 * decompress_mb + ALLOCATOR_SLACK_MB
     )

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from broker.log import log_validator
 from broker.protocol import records
 from spark_connector.records import decoder as record_batches
 from spark_connector.records import encoder as record_encoder
@@ -329,7 +330,7 @@ def test_build_batch_round_trips_through_the_broker_decoder(
         producer_epoch,
         base_sequence,
     )
-    records.check_batch_records(buf, header)  # the broker's produce-time validation
+    log_validator.check_batch_records(buf, header)  # the broker's produce-time validation
 
     decoded = records.decode_records(buf, header)
     assert [(r.key, r.value) for r in decoded] == pairs

@@ -262,39 +262,50 @@ def _build_offset_map(
         position = _start_position(directory, seg, start)
         for data, header in _batches(path, position, seg.size, job.io_buffer_bytes, throttle):
             read += header.size
-            if header.base_offset >= upper:
-                return read
-            if header.is_control:
-                payload, records = records_of(data, header, job.max_batch_bytes)
-                txns.on_control_batch(
-                    header.producer_id, header.last_offset, marker_type(records, payload)
-                )
-            elif native is not None:
-                if not txns.on_data_batch(
-                    header.producer_id, header.is_transactional, header.last_offset
-                ) and not native.map_records(
-                    records_section(data, header, job.max_batch_bytes),
-                    header.record_count,
-                    header.base_offset,
-                    start,
-                ):
-                    return read  # the map is full
-            elif not txns.on_data_batch(
-                header.producer_id, header.is_transactional, header.last_offset
+            if header.base_offset >= upper or not _map_batch(
+                job, data, header, txns, offset_map, native
             ):
-                _payload, records = records_of(data, header, job.max_batch_bytes)
-                base = header.base_offset
-                for r in records:
-                    offset = base + r.offset_delta
-                    if r.key is not None and offset >= start:
-                        if offset_map.full:
-                            return read
-                        offset_map.put(r.key, offset)
+                return read
             if header.last_offset >= start:
                 offset_map.update_latest_offset(header.last_offset)
         # offsets of a gap at the segment's end belong to the mapped section too
         offset_map.update_latest_offset(min(next_base, upper) - 1)
     return read
+
+
+def _map_batch(
+    job: CleaningJob,
+    data: bytes,
+    header: BatchHeader,
+    txns: CleanedTransactions,
+    offset_map: OffsetMap | NativeOffsetMap,
+    native: NativeOffsetMap | None,
+) -> bool:
+    """Map the keys of one batch of the dirty range (a marker ends its transaction; the
+    records of an aborted transaction are not mapped). False when the map is full."""
+    start = job.first_dirty_offset
+    if header.is_control:
+        payload, records = records_of(data, header, job.max_batch_bytes)
+        txns.on_control_batch(header.producer_id, header.last_offset, marker_type(records, payload))
+        return True
+    if txns.on_data_batch(header.producer_id, header.is_transactional, header.last_offset):
+        return True
+    if native is not None:
+        return native.map_records(
+            records_section(data, header, job.max_batch_bytes),
+            header.record_count,
+            header.base_offset,
+            start,
+        )
+    _payload, records = records_of(data, header, job.max_batch_bytes)
+    base = header.base_offset
+    for r in records:
+        offset = base + r.offset_delta
+        if r.key is not None and offset >= start:
+            if offset_map.full:
+                return False
+            offset_map.put(r.key, offset)
+    return True
 
 
 def group_segments(

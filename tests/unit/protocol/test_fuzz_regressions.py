@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from broker.log import log_validator
 from broker.protocol import compression, records, registry, request_walk, tagged_fields
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.framing import InvalidRequestError, parse_request_header, skip_tagged_fields
@@ -91,8 +92,8 @@ def test_nullable_array_may_be_null() -> None:
 # --- record batches --------------------------------------------------------------------------
 
 
-def _validate(buf: bytes) -> records.ValidatedBatches:
-    return records.validate_for_append(
+def _validate(buf: bytes) -> log_validator.ValidatedBatches:
+    return log_validator.validate_for_append(
         bytearray(buf),
         max_batch_bytes=2**30,
         now_ms=NOW,
@@ -155,9 +156,9 @@ def test_record_count_that_lies_is_invalid_record() -> None:
         _validate(_signed(_record(*GOOD), 2))
 
 
-CHECKERS: list[Callable[[bytes, int], None]] = [records._check_records_py]
-if records._check_records is not records._check_records_py:
-    CHECKERS.append(records._check_records)
+CHECKERS: list[Callable[[bytes, int], None]] = [log_validator._check_records_py]
+if log_validator._check_records is not log_validator._check_records_py:
+    CHECKERS.append(log_validator._check_records)
 
 
 @pytest.mark.parametrize("check", CHECKERS, ids=lambda c: c.__module__)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from broker.log import log_validator
 from broker.protocol import compression, records
 from broker.protocol.errors import ErrorCode
 
@@ -19,7 +20,7 @@ def _batch(n: int = 3, codec: int = 0, key: bytes | None = b"k", ts: int = NOW) 
     )
 
 
-def _validate(buf: bytes | bytearray, **kw: object) -> records.ValidatedBatches:
+def _validate(buf: bytes | bytearray, **kw: object) -> log_validator.ValidatedBatches:
     args: dict[str, object] = dict(
         max_batch_bytes=1_000_000,
         now_ms=NOW,
@@ -29,7 +30,7 @@ def _validate(buf: bytes | bytearray, **kw: object) -> records.ValidatedBatches:
         compacted=False,
     )
     args.update(kw)
-    return records.validate_for_append(buf, **args)  # type: ignore[arg-type]
+    return log_validator.validate_for_append(buf, **args)  # type: ignore[arg-type]
 
 
 def test_valid_batches_are_accepted_and_counted() -> None:
@@ -78,7 +79,7 @@ def test_truncated_batch_is_corrupt() -> None:
 
 def test_oversized_batch_is_rejected() -> None:
     buf = _batch(10)
-    with pytest.raises(records.RecordTooLargeError) as info:
+    with pytest.raises(log_validator.RecordTooLargeError) as info:
         _validate(buf, max_batch_bytes=len(buf) - 1)
     assert info.value.code == ErrorCode.message_too_large
     _validate(buf, max_batch_bytes=len(buf))
@@ -91,9 +92,9 @@ def test_keyless_records_rejected_on_compacted_topics() -> None:
 
 
 def test_timestamps_outside_the_allowed_window_are_rejected() -> None:
-    with pytest.raises(records.InvalidTimestampError):
+    with pytest.raises(log_validator.InvalidTimestampError):
         _validate(_batch(1, ts=NOW - 10_000), timestamp_before_max_ms=1000)
-    with pytest.raises(records.InvalidTimestampError):
+    with pytest.raises(log_validator.InvalidTimestampError):
         _validate(_batch(1, ts=NOW + 10_000), timestamp_after_max_ms=1000)
 
 
