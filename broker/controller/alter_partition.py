@@ -148,53 +148,10 @@ class AlterPartitions:
         self.reassignments = reassignments
 
     async def process(self, request: AlterPartition, *, active: bool) -> AlterPartitionResult:
-        ctx = self.ctx
-        if not active:
-            return AlterPartitionResult(ErrorCode.not_controller)
-        known_epoch = ctx.broker_epochs.get(request.broker_id)
-        if request.broker_id not in ctx.live_brokers or known_epoch is None:
-            log.info("ignoring AlterPartition from unknown broker %d", request.broker_id)
-            return AlterPartitionResult(ErrorCode.stale_broker_epoch)
-        if known_epoch != request.broker_epoch:
-            log.info(
-                "ignoring AlterPartition from broker %d: broker epoch %d, registered %d",
-                request.broker_id,
-                request.broker_epoch,
-                known_epoch,
-            )
-            return AlterPartitionResult(ErrorCode.stale_broker_epoch)
-        outcomes: dict[TopicPartition, PartitionOutcome] = {}
-        unknown_ids: list[TopicOutcome] = []
-        targets: list[_Target] = []
-        names_by_id = {v: k for k, v in ctx.topic_ids.items()}
-        for topic in request.topics:
-            if request.version < 2:
-                name = topic.name
-            else:
-                name = None if topic.topic_id is None else names_by_id.get(topic.topic_id)
-            if name is None:
-                unknown = (
-                    ErrorCode.unknown_topic_id
-                    if request.version >= 2
-                    else ErrorCode.unknown_topic_or_partition
-                )
-                unknown_ids.append(
-                    TopicOutcome(
-                        topic.name,
-                        topic.topic_id,
-                        [PartitionOutcome(p.partition, unknown) for p in topic.partitions],
-                    )
-                )
-                continue
-            for p in topic.partitions:
-                tp = TopicPartition(name, p.partition)
-                refusal = self._check(request, tp, p)
-                if isinstance(refusal, PartitionOutcome):
-                    outcomes[tp] = refusal
-                elif refusal is not None:
-                    outcomes[tp] = PartitionOutcome(p.partition, refusal)
-                else:
-                    targets.append(_Target(tp, p))
+        refusal = self._refuse_sender(request, active=active)
+        if refusal is not None:
+            return AlterPartitionResult(refusal)
+        outcomes, unknown_topics, targets = self._triage(request)
         written: list[TopicPartition] = []
         for target in targets:
             outcome = await self._write(request.broker_id, target)
@@ -205,7 +162,73 @@ class AlterPartitions:
         if asked:
             self.requests.update_metadata(asked)
         await self.reassignments.on_isr_changes(written)
-        return AlterPartitionResult(ErrorCode.none, [*self._by_topic(outcomes), *unknown_ids])
+        return AlterPartitionResult(ErrorCode.none, [*self._by_topic(outcomes), *unknown_topics])
+
+    def _triage(
+        self, request: AlterPartition
+    ) -> tuple[dict[TopicPartition, PartitionOutcome], list[TopicOutcome], list[_Target]]:
+        """The request's proposals sorted: (the answers of the partitions refused or already
+        in the proposed state, the topics not known, the proposals to write)."""
+        outcomes: dict[TopicPartition, PartitionOutcome] = {}
+        unknown_topics: list[TopicOutcome] = []
+        targets: list[_Target] = []
+        names_by_id = {v: k for k, v in self.ctx.topic_ids.items()}
+        for topic in request.topics:
+            name = self._topic_name(request, topic, names_by_id)
+            if name is None:
+                unknown_topics.append(self._unknown_topic(request, topic))
+                continue
+            for p in topic.partitions:
+                tp = TopicPartition(name, p.partition)
+                refusal = self._check(request, tp, p)
+                if isinstance(refusal, PartitionOutcome):
+                    outcomes[tp] = refusal
+                elif refusal is not None:
+                    outcomes[tp] = PartitionOutcome(p.partition, refusal)
+                else:
+                    targets.append(_Target(tp, p))
+        return outcomes, unknown_topics, targets
+
+    def _refuse_sender(self, request: AlterPartition, *, active: bool) -> ErrorCode | None:
+        """Why the whole request is refused (this controller is not active, the sender is not
+        a live broker at the epoch it claims), or None."""
+        if not active:
+            return ErrorCode.not_controller
+        known_epoch = self.ctx.broker_epochs.get(request.broker_id)
+        if request.broker_id not in self.ctx.live_brokers or known_epoch is None:
+            log.info("ignoring AlterPartition from unknown broker %d", request.broker_id)
+            return ErrorCode.stale_broker_epoch
+        if known_epoch != request.broker_epoch:
+            log.info(
+                "ignoring AlterPartition from broker %d: broker epoch %d, registered %d",
+                request.broker_id,
+                request.broker_epoch,
+                known_epoch,
+            )
+            return ErrorCode.stale_broker_epoch
+        return None
+
+    @staticmethod
+    def _topic_name(
+        request: AlterPartition, topic: TopicProposals, names_by_id: dict[uuid.UUID, str]
+    ) -> str | None:
+        """The topic's name: as sent (version < 2), else found by its id (None: unknown)."""
+        if request.version < 2:
+            return topic.name
+        return None if topic.topic_id is None else names_by_id.get(topic.topic_id)
+
+    @staticmethod
+    def _unknown_topic(request: AlterPartition, topic: TopicProposals) -> TopicOutcome:
+        error = (
+            ErrorCode.unknown_topic_id
+            if request.version >= 2
+            else ErrorCode.unknown_topic_or_partition
+        )
+        return TopicOutcome(
+            topic.name,
+            topic.topic_id,
+            [PartitionOutcome(p.partition, error) for p in topic.partitions],
+        )
 
     def _check(
         self, request: AlterPartition, tp: TopicPartition, p: IsrProposal
@@ -216,6 +239,26 @@ class AlterPartitions:
         if current is None or tp not in ctx.assignments:
             return ErrorCode.unknown_topic_or_partition
         current_epoch = ctx.state_versions.get(tp, 0)
+        stale = self._check_epochs(request, tp, p, current, current_epoch)
+        if stale is not None:
+            return stale
+        if (
+            tuple(p.isr) == tuple(current.isr)
+            and p.leader_recovery_state == current.leader_recovery_state
+        ):  # already the state in force (a retry): answer it, write nothing
+            return self._outcome(tp, current, current_epoch)
+        return self._check_change(request, tp, p, current, current_epoch)
+
+    @staticmethod
+    def _check_epochs(
+        request: AlterPartition,
+        tp: TopicPartition,
+        p: IsrProposal,
+        current: znodes.PartitionState,
+        current_epoch: int,
+    ) -> ErrorCode | None:
+        """Whether the proposal is from the partition's leader at its current leader epoch
+        (and this controller not behind it): the error if not, else None."""
         if p.partition_epoch > current_epoch or p.leader_epoch > current.leader_epoch:
             return ErrorCode.not_controller  # this controller is behind: the leader retries
         if p.leader_epoch < current.leader_epoch:
@@ -228,11 +271,18 @@ class AlterPartitions:
                 current.leader,
             )
             return ErrorCode.invalid_request
-        if (
-            tuple(p.isr) == tuple(current.isr)
-            and p.leader_recovery_state == current.leader_recovery_state
-        ):  # already the state in force (a retry): answer it, write nothing
-            return self._outcome(tp, current, current_epoch)
+        return None
+
+    def _check_change(
+        self,
+        request: AlterPartition,
+        tp: TopicPartition,
+        p: IsrProposal,
+        current: znodes.PartitionState,
+        current_epoch: int,
+    ) -> ErrorCode | None:
+        """Whether the change is allowed (from the current partition epoch, a valid recovery
+        state, only live replicas in the ISR): the error if not, else None."""
         if p.partition_epoch < current_epoch:
             return ErrorCode.invalid_update_version
         if p.leader_recovery_state == RECOVERING and len(p.isr) > 1:
@@ -241,7 +291,7 @@ class AlterPartitions:
         if current.leader_recovery_state == RECOVERED and p.leader_recovery_state == RECOVERING:
             log.info("rejecting AlterPartition for %s: RECOVERED cannot become RECOVERING", tp)
             return ErrorCode.invalid_request
-        ineligible = set(p.isr) - ctx.live_ids()
+        ineligible = set(p.isr) - self.ctx.live_ids()
         if ineligible:
             log.info(
                 "rejecting AlterPartition from broker %d for %s: ineligible replicas %s in %s",

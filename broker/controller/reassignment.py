@@ -187,33 +187,41 @@ def parse_reassignment_json(text: str) -> dict[TopicPartition, list[int]]:
     partitions = data.get("partitions", [])
     if not isinstance(partitions, list):
         raise ValueError(f"'partitions' must be a list, got {partitions!r}")
-    entries: list[tuple[TopicPartition, list[int]]] = []
-    for i, entry in enumerate(partitions):
-        where = f"partitions[{i}]"
-        if not isinstance(entry, dict):
-            raise ValueError(f"{where} must be an object, got {entry!r}")
-        topic = entry.get("topic")
-        if not isinstance(topic, str):
-            raise ValueError(f"{where}: 'topic' must be a string, got {topic!r}")
-        partition = entry.get("partition")
-        if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+    entries = [_reassignment_entry(f"partitions[{i}]", entry) for i, entry in enumerate(partitions)]
+    _check_reassignment_entries(entries)
+    return dict(entries)
+
+
+def _reassignment_entry(where: str, entry: object) -> tuple[TopicPartition, list[int]]:
+    """One entry of a reassignment file's ``partitions`` (at ``where``): its partition and
+    replicas, its shape checked."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where} must be an object, got {entry!r}")
+    topic = entry.get("topic")
+    if not isinstance(topic, str):
+        raise ValueError(f"{where}: 'topic' must be a string, got {topic!r}")
+    partition = entry.get("partition")
+    if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+        raise ValueError(f"{where}: 'partition' must be a non-negative integer, got {partition!r}")
+    tp = TopicPartition(topic, partition)
+    replicas = _list_field(entry, "replicas", f"{where} ({tp})")
+    if not all(_is_int(r) for r in replicas):
+        raise ValueError(f"{where} ({tp}): 'replicas' must be integers, got {replicas!r}")
+    if "log_dirs" in entry:
+        log_dirs = _list_field(entry, "log_dirs", f"{where} ({tp})")
+        if not all(isinstance(d, str) for d in log_dirs):
+            raise ValueError(f"{where} ({tp}): 'log_dirs' must be strings, got {log_dirs!r}")
+        if len(log_dirs) != len(replicas):
             raise ValueError(
-                f"{where}: 'partition' must be a non-negative integer, got {partition!r}"
+                f"Size of replicas list {replicas} is different from size of log dirs "
+                f"list {log_dirs} for partition {tp}"
             )
-        tp = TopicPartition(topic, partition)
-        replicas = _list_field(entry, "replicas", f"{where} ({tp})")
-        if not all(_is_int(r) for r in replicas):
-            raise ValueError(f"{where} ({tp}): 'replicas' must be integers, got {replicas!r}")
-        if "log_dirs" in entry:
-            log_dirs = _list_field(entry, "log_dirs", f"{where} ({tp})")
-            if not all(isinstance(d, str) for d in log_dirs):
-                raise ValueError(f"{where} ({tp}): 'log_dirs' must be strings, got {log_dirs!r}")
-            if len(log_dirs) != len(replicas):
-                raise ValueError(
-                    f"Size of replicas list {replicas} is different from size of log dirs "
-                    f"list {log_dirs} for partition {tp}"
-                )
-        entries.append((tp, list(replicas)))
+    return tp, list(replicas)
+
+
+def _check_reassignment_entries(entries: list[tuple[TopicPartition, list[int]]]) -> None:
+    """The checks of a reassignment file across its entries, in Kafka's order: not empty, no
+    empty replica list, no partition listed twice, no replica listed twice."""
     if not entries:
         raise ValueError("Partition reassignment list cannot be empty")
     empty = [str(tp) for tp, replicas in entries if not replicas]
@@ -235,7 +243,6 @@ def parse_reassignment_json(text: str) -> dict[TopicPartition, list[int]]:
         raise ValueError(
             "Partition replica lists may not contain duplicate entries: " + ". ".join(problems)
         )
-    return dict(entries)
 
 
 def format_reassignment_json(assignment: Mapping[TopicPartition, Sequence[int]]) -> str:

@@ -45,7 +45,11 @@ from broker.network.client import BrokerConnection
 from broker.protocol.api_keys import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import CorruptRecordError, InvalidRecordError
-from broker.replication.fetch_sessions import FetchSessionHandler, PartitionFetchState
+from broker.replication.fetch_sessions import (
+    FetchPlan,
+    FetchSessionHandler,
+    PartitionFetchState,
+)
 from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -288,6 +292,35 @@ class LeaderFetcher:
     async def _fetch(
         self, conn: BrokerConnection, states: dict[TopicPartition, FetchState]
     ) -> None:
+        wanted = self._fetch_positions(states)
+        if not wanted:
+            return
+        request = self._fetch_request(self.session.build(wanted), wanted)
+        try:
+            response = await conn.request(FETCH_KEY, FETCH_VERSION, request)
+        except BaseException:
+            self.session.handle_error()
+            raise
+        error = ErrorCode(int(response.error_code))
+        self.session.handle_response(error, int(response.session_id))
+        if error != ErrorCode.none:
+            log.info("fetch from leader %d: %s; starting a new session", self.leader_id, error.name)
+            return
+        discarded = False
+        for topic in response.responses:
+            for p in topic.partitions:
+                tp = TopicPartition(str(topic.topic), int(p.partition_index))
+                if not self._on_fetched(tp, p, wanted.get(tp)):
+                    discarded = True
+        if discarded:
+            # What the leader told us about that partition (e.g. its high watermark) is lost
+            # and an incremental session would not repeat it: start a new session.
+            self.session.handle_error()
+
+    def _fetch_positions(
+        self, states: dict[TopicPartition, FetchState]
+    ) -> dict[TopicPartition, PartitionFetchState]:
+        """Where each partition is fetched from (a partition without a log is dropped)."""
         wanted: dict[TopicPartition, PartitionFetchState] = {}
         for tp, state in states.items():
             position = self.sink.follower_fetch_position(tp)
@@ -298,9 +331,13 @@ class LeaderFetcher:
             wanted[tp] = PartitionFetchState(
                 leo, log_start, state.leader_epoch, latest_epoch, self.config.partition_max_bytes
             )
-        if not wanted:
-            return
-        plan = self.session.build(wanted)
+        return wanted
+
+    def _fetch_request(
+        self, plan: FetchPlan, wanted: dict[TopicPartition, PartitionFetchState]
+    ) -> fetch_req.FetchRequest:
+        """The Fetch request of the session's ``plan``: the partitions it sends, the ones it
+        forgets."""
         by_topic: dict[str, list[Any]] = {}
         for tp in plan.send:
             w = wanted[tp]
@@ -317,7 +354,7 @@ class LeaderFetcher:
         forget: dict[str, list[i32]] = {}
         for tp in plan.forget:
             forget.setdefault(tp.topic, []).append(i32(tp.partition))
-        request = fetch_req.FetchRequest(
+        return fetch_req.FetchRequest(
             replica_id=i32(self.config.broker_id),  # type: ignore[arg-type]
             max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=self.config.max_wait_ms)),
             min_bytes=i32(self.config.min_bytes),
@@ -334,66 +371,49 @@ class LeaderFetcher:
                 for t, ps in forget.items()
             ),
         )
+
+    def _on_fetched(self, tp: TopicPartition, p: Any, sent: PartitionFetchState | None) -> bool:
+        """Handle one partition of a Fetch response (``p``; ``sent``: what was asked for it).
+        False: discarded, the partition moved while the fetch was in flight."""
+        current = self.partitions.get(tp)
+        position = self.sink.follower_fetch_position(tp)
+        if (
+            current is None
+            or sent is None
+            or current.leader_epoch != sent.current_leader_epoch
+            or position is None
+            or position[0] != sent.fetch_offset
+        ):
+            return False
+        error = ErrorCode(int(p.error_code))
+        diverging = getattr(p, "diverging_epoch", None)
+        if error == ErrorCode.none and diverging is not None and int(diverging.epoch) >= 0:
+            # the leader's log leaves ours (KIP-595, a Kafka leader checks the last
+            # fetched epoch): find the divergence with OffsetsForLeaderEpoch
+            log.info(
+                "%s: leader %d reports divergence at epoch %d, offset %d",
+                tp,
+                self.leader_id,
+                int(diverging.epoch),
+                int(diverging.end_offset),
+            )
+            current.needs_truncation = True
+            return True
         try:
-            response = await conn.request(FETCH_KEY, FETCH_VERSION, request)
-        except BaseException:
-            self.session.handle_error()
-            raise
-        error = ErrorCode(int(response.error_code))
-        self.session.handle_response(error, int(response.session_id))
-        if error != ErrorCode.none:
-            log.info("fetch from leader %d: %s; starting a new session", self.leader_id, error.name)
-            return
-        discarded = False
-        for topic in response.responses:
-            for p in topic.partitions:
-                tp = TopicPartition(str(topic.topic), int(p.partition_index))
-                current = self.partitions.get(tp)
-                sent = wanted.get(tp)
-                position = self.sink.follower_fetch_position(tp)
-                if (
-                    current is None
-                    or sent is None
-                    or current.leader_epoch != sent.current_leader_epoch
-                    or position is None
-                    or position[0] != sent.fetch_offset
-                ):
-                    discarded = True  # the partition moved while the fetch was in flight
-                    continue
-                error = ErrorCode(int(p.error_code))
-                diverging = getattr(p, "diverging_epoch", None)
-                if error == ErrorCode.none and diverging is not None and int(diverging.epoch) >= 0:
-                    # the leader's log leaves ours (KIP-595, a Kafka leader checks the last
-                    # fetched epoch): find the divergence with OffsetsForLeaderEpoch
-                    log.info(
-                        "%s: leader %d reports divergence at epoch %d, offset %d",
-                        tp,
-                        self.leader_id,
-                        int(diverging.epoch),
-                        int(diverging.end_offset),
-                    )
-                    current.needs_truncation = True
-                    continue
-                try:
-                    if error == ErrorCode.none:
-                        self.sink.append_as_follower(
-                            tp,
-                            p.records if p.records is not None else b"",
-                            int(p.high_watermark),
-                            int(p.log_start_offset),
-                        )
-                    elif error == ErrorCode.offset_out_of_range:
-                        self._on_out_of_range(
-                            tp, current, sent.fetch_offset, int(p.log_start_offset)
-                        )
-                    else:
-                        self._on_partition_error(tp, error)
-                except Exception as exc:  # noqa: BLE001 - one partition must not stop the rest
-                    self._on_processing_error(tp, sent.fetch_offset, exc)
-        if discarded:
-            # What the leader told us about that partition (e.g. its high watermark) is lost
-            # and an incremental session would not repeat it: start a new session.
-            self.session.handle_error()
+            if error == ErrorCode.none:
+                self.sink.append_as_follower(
+                    tp,
+                    p.records if p.records is not None else b"",
+                    int(p.high_watermark),
+                    int(p.log_start_offset),
+                )
+            elif error == ErrorCode.offset_out_of_range:
+                self._on_out_of_range(tp, current, sent.fetch_offset, int(p.log_start_offset))
+            else:
+                self._on_partition_error(tp, error)
+        except Exception as exc:  # noqa: BLE001 - one partition must not stop the rest
+            self._on_processing_error(tp, sent.fetch_offset, exc)
+        return True
 
     def _on_out_of_range(
         self, tp: TopicPartition, state: FetchState, fetch_offset: int, leader_log_start: int

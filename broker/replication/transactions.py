@@ -138,19 +138,12 @@ class TransactionSupport:
             return {}
         producers: set[tuple[int, int]] = set()
         wanted: list[TopicPartition] = []
-        out: dict[TopicPartition, ProduceResult] = {}
         for tp, data in entries.items():
-            if not data:
+            producer = _transactional_producer(data)
+            if producer is None:
                 continue
-            try:
-                headers = [h for h in records.iter_batches(data) if h.is_transactional]
-            except KafkaError:
-                continue  # the append reports the corruption
-            if not headers:
-                continue
-            pid, epoch = headers[0].producer_id, headers[0].producer_epoch
-            producers.add((pid, epoch))
-            if self._needs_verification(tp, pid, epoch):
+            producers.add(producer)
+            if self._needs_verification(tp, *producer):
                 wanted.append(tp)
         if len(producers) > 1:
             return {
@@ -168,23 +161,13 @@ class TransactionSupport:
         except Exception as exc:  # noqa: BLE001 - any failure to reach the coordinator
             log.info("verifying %s with the transaction coordinator failed: %s", wanted, exc)
             codes = dict.fromkeys(wanted, ErrorCode.network_exception)
+        out: dict[TopicPartition, ProduceResult] = {}
         for tp in wanted:
             code = codes.get(tp, ErrorCode.unknown_server_error)
             if code is ErrorCode.none:
                 self._verified.setdefault(tp, {})[pid] = epoch
-            elif code in (ErrorCode.transaction_abortable, ErrorCode.invalid_txn_state):
-                out[tp] = ProduceResult(
-                    ErrorCode.invalid_txn_state,
-                    error_message="Partition was not added to the transaction",
-                )
-            elif code in _RETRIABLE_VERIFY:
-                out[tp] = ProduceResult(
-                    ErrorCode.not_enough_replicas,
-                    error_message="Unable to verify the partition has been added to the "
-                    f"transaction. Underlying error: {code.name.upper()}",
-                )
             else:
-                out[tp] = ProduceResult(code)
+                out[tp] = _refused_verification(code)
         return out
 
     def forget(self, tp: TopicPartition) -> None:
@@ -249,3 +232,35 @@ class TransactionSupport:
                     except Exception:
                         log.exception("marker listener failed for %s", spec.tp)
         return out
+
+
+def _transactional_producer(data: bytes | memoryview | None) -> tuple[int, int] | None:
+    """The (producer id, epoch) of the first transactional batch of ``data``; None: no
+    transactional batch (or corrupt records: the append reports the corruption)."""
+    if not data:
+        return None
+    try:
+        headers = [h for h in records.iter_batches(data) if h.is_transactional]
+    except KafkaError:
+        return None
+    if not headers:
+        return None
+    return headers[0].producer_id, headers[0].producer_epoch
+
+
+def _refused_verification(code: ErrorCode) -> ProduceResult:
+    """What a produce request gets for a partition the coordinator did not verify (``code``,
+    not NONE): INVALID_TXN_STATE when not in the transaction, NOT_ENOUGH_REPLICAS (retried by
+    every client) for a retriable coordinator error, else the coordinator's error."""
+    if code in (ErrorCode.transaction_abortable, ErrorCode.invalid_txn_state):
+        return ProduceResult(
+            ErrorCode.invalid_txn_state,
+            error_message="Partition was not added to the transaction",
+        )
+    if code in _RETRIABLE_VERIFY:
+        return ProduceResult(
+            ErrorCode.not_enough_replicas,
+            error_message="Unable to verify the partition has been added to the "
+            f"transaction. Underlying error: {code.name.upper()}",
+        )
+    return ProduceResult(code)
