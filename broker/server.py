@@ -39,7 +39,7 @@ import contextlib
 import enum
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from broker.api.context import BrokerServices
@@ -72,6 +72,7 @@ from broker.protocol.errors import KafkaError
 from broker.protocol.response import ConnectionInfo
 from broker.quota.config_follower import QuotaConfigFollower
 from broker.quota.manager import ClientQuotas, quota_settings
+from broker.replication.alter_isr_manager import IsrWrite
 from broker.replication.replica_manager import ReplicaManager
 from broker.request_metrics import NOOP_RECORDER, MetricsRecorder, Recorder
 from broker.security.authorizer import (
@@ -423,24 +424,31 @@ class Broker:
         return coordinator
 
     async def _alter_isr(
-        self,
-        tp: TopicPartition,
-        leader: int,
-        leader_epoch: int,
-        isr: tuple[int, ...],
-        zk_version: int,
-        controller_epoch: int,
-    ) -> int | None:
-        """A leader's ISR change: conditional write of the partition state, then an
-        ``/isr_change_notification`` so the controller propagates it."""
+        self, writes: Sequence[IsrWrite], controller_epoch: int
+    ) -> list[int | None]:
+        """Leaders' ISR changes: conditional writes of the partition states (pipelined), then
+        one ``/isr_change_notification`` naming the written partitions, so the controller
+        propagates them."""
         assert self.zk is not None
-        state = znodes.PartitionState(
-            leader=leader, leader_epoch=leader_epoch, isr=isr, controller_epoch=controller_epoch
+        versions = await self.zk.update_partition_states(
+            [
+                (
+                    w.tp,
+                    znodes.PartitionState(
+                        leader=w.leader,
+                        leader_epoch=w.leader_epoch,
+                        isr=w.isr,
+                        controller_epoch=controller_epoch,
+                    ),
+                    w.zk_version,
+                )
+                for w in writes
+            ]
         )
-        version = await self.zk.update_partition_state(tp.topic, tp.partition, state, zk_version)
-        if version is not None:
-            await self.zk.add_isr_change_notification([tp])
-        return version
+        written = [w.tp for w, v in zip(writes, versions, strict=True) if v is not None]
+        if written:
+            await self.zk.add_isr_change_notification(written)
+        return versions
 
     async def _propagate_log_dir_event(self) -> None:
         """A log directory of this broker failed: tell the controller (Kafka's

@@ -190,7 +190,7 @@ async def handle_leader_and_isr(ctx: RequestContext, request: Any) -> Any:
         rm.topic_ids.update({t: i for t, i in topic_ids.items() if i is not None})
         for tp in recovering:  # as a ZooKeeper-mode Kafka 3.9 leader does
             log.info("%s was marked RECOVERING: marking it RECOVERED", tp)
-        results = rm.become_leader_or_follower(
+        results = await rm.apply_leader_and_isr(
             int(request.controller_epoch), specs, leaders, services.topic_configs.log_config_for
         )
         top = ErrorCode.none

@@ -102,41 +102,62 @@ class BrokerChanges:
         for broker_id in set(ctx.fenced) - ids:
             del ctx.fenced[broker_id]  # its session expired at last
         for broker_id in sorted(ids):
-            epoch = await self.zk.get_broker_epoch(broker_id)
-            node = await self.zk.get_broker(broker_id)
-            if node is None or epoch is None:
-                if broker_id in ctx.live_brokers:
-                    dead.add(broker_id)
-                continue
-            fenced_at = ctx.fenced.get(broker_id)
-            if fenced_at is not None:
-                if fenced_at == epoch:
-                    if self.liveness is not None:
-                        host, port = ctx.address(node)
-                        self.liveness.watch(broker_id, epoch, host, port, dead=True)
-                    continue
-                del ctx.fenced[broker_id]  # restarted: a new registration
-            if broker_id in ctx.live_brokers and ctx.broker_epochs.get(broker_id) != epoch:
-                dead.add(broker_id)  # bounced: treat as a failure then a start-up
-                new.add(broker_id)
-            elif broker_id not in ctx.live_brokers:
-                new.add(broker_id)
-            ctx.live_brokers[broker_id] = node
-            ctx.broker_epochs[broker_id] = epoch
+            await self._read_registration(broker_id, new, dead)
         for broker_id in dead - new:
             ctx.live_brokers.pop(broker_id, None)
             ctx.broker_epochs.pop(broker_id, None)
         for broker_id in dead:
             ctx.shutting_down.discard(broker_id)
-        channel = self.requests.channel
-        if channel is not None:
-            for broker_id in dead:
-                channel.remove_broker(broker_id)
-            for broker_id in sorted(new):
-                host, port = ctx.address(ctx.live_brokers[broker_id])
-                channel.add_broker(broker_id, host, port)
+        self._update_channel(new, dead)
         self._sync_liveness(fresh=set() if at_failover else new)
         return new, dead
+
+    async def _read_registration(self, broker_id: int, new: set[int], dead: set[int]) -> None:
+        """Read broker ``broker_id``'s registration: record it live (unless fenced), adding
+        it to ``new`` if it is, and to ``dead`` if it went or bounced (both then)."""
+        ctx = self.ctx
+        epoch = await self.zk.get_broker_epoch(broker_id)
+        node = await self.zk.get_broker(broker_id)
+        if node is None or epoch is None:
+            if broker_id in ctx.live_brokers:
+                dead.add(broker_id)
+            return
+        if self._still_fenced(broker_id, epoch, node):
+            return
+        if broker_id in ctx.live_brokers and ctx.broker_epochs.get(broker_id) != epoch:
+            dead.add(broker_id)  # bounced: treat as a failure then a start-up
+            new.add(broker_id)
+        elif broker_id not in ctx.live_brokers:
+            new.add(broker_id)
+        ctx.live_brokers[broker_id] = node
+        ctx.broker_epochs[broker_id] = epoch
+
+    def _still_fenced(self, broker_id: int, epoch: int, node: znodes.BrokerIdZNode) -> bool:
+        """Whether the registration (``epoch``) is the one the broker was fenced at (then it
+        stays watched as dead); a new registration of a fenced broker (a restart) unfences
+        it."""
+        ctx = self.ctx
+        fenced_at = ctx.fenced.get(broker_id)
+        if fenced_at is None:
+            return False
+        if fenced_at == epoch:
+            if self.liveness is not None:
+                host, port = ctx.address(node)
+                self.liveness.watch(broker_id, epoch, host, port, dead=True)
+            return True
+        del ctx.fenced[broker_id]  # restarted: a new registration
+        return False
+
+    def _update_channel(self, new: set[int], dead: set[int]) -> None:
+        """The request channel drops the dead (and bounced) brokers, then adds the new."""
+        channel = self.requests.channel
+        if channel is None:
+            return
+        for broker_id in dead:
+            channel.remove_broker(broker_id)
+        for broker_id in sorted(new):
+            host, port = self.ctx.address(self.ctx.live_brokers[broker_id])
+            channel.add_broker(broker_id, host, port)
 
     def _sync_liveness(self, fresh: set[int] | frozenset[int] = frozenset()) -> None:
         """Watch every live broker but the controller's own, and the fenced ones. The
@@ -255,10 +276,11 @@ class BrokerChanges:
         )
         self.driver.mark_offline(tp for tp, st in ctx.states.items() if st.leader in dead)
         initialized, elected = await self.driver.trigger_online()
+        just_elected = set(elected)  # thousands of partitions: no list lookups
         shrunk = await self.driver.remove_from_isr(
             tp
             for tp, st in ctx.states.items()
-            if tp not in elected and any(r in dead for r in st.isr)
+            if tp not in just_elected and any(r in dead for r in st.isr)
         )
         changed = sorted({*elected, *shrunk})
         self.requests.leader_and_isr(changed + initialized, new=initialized)
@@ -280,8 +302,9 @@ class BrokerChanges:
         )
         initialized, changed = await self.driver.trigger_online()
         self.requests.leader_and_isr(changed)
+        changed_set = set(changed)
         self.requests.leader_and_isr(
-            [tp for tp in hosted if tp not in changed], only=new, new=initialized
+            [tp for tp in hosted if tp not in changed_set], only=new, new=initialized
         )
         # as Kafka's OnlineReplica transitions: the new broker's replicas are online again
         self.requests.update_metadata(sorted({*changed, *initialized, *hosted}))

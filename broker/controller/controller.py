@@ -59,7 +59,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from broker.config import BrokerConfig
@@ -136,6 +136,9 @@ __all__ = ["Controller", "NotControllerError"]
 LivenessFactory = Callable[[LivenessCallback, LivenessCallback], BrokerLivenessWatch]
 """(on_dead, on_back) -> the watch of broker processes (docs/failover.md)."""
 
+EventHandler = Callable[[Any], Awaitable[object]]
+"""Runs one controller event (of the type it is registered for); a request's result."""
+
 
 class Controller:
     """The controller role of one broker (active or standing by)."""
@@ -182,6 +185,7 @@ class Controller:
         self._controller_watch: BrokerLivenessWatch | None = None
         self._local_handler: LocalHandler | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._handlers = self._event_handlers()
 
     # ======================================================================================
     # lifecycle
@@ -250,64 +254,79 @@ class Controller:
     # ======================================================================================
 
     async def _process(self, event: ControllerEvent) -> object:
-        """Run one event (on the event task); requests return their result."""
-        match event:
-            case Startup() | ControllerChange() | Reelect():
-                await self._elect()
-            case SessionLost():
-                await self._resign()
-            case BrokerChange():
-                await self._on_broker_change()
-            case ControllerUnreachable(broker_id=broker_id, czxid=czxid):
-                await self._on_controller_unreachable(broker_id, czxid)
-            case BrokerUnreachable(broker_id=broker_id, epoch=epoch):
-                if self.is_active:
-                    await self.brokers.on_unreachable(broker_id, epoch)
-            case BrokerReachable(broker_id=broker_id, epoch=epoch):
-                if self.is_active:
-                    await self.brokers.on_reachable(broker_id, epoch)
-            case TopicChange():
-                await self._on_topic_change()
-            case TopicDeletionRequest():
-                if self.is_active:
-                    await self.deletion.on_deletion_requests()
-            case IsrChangeNotification():
-                await self._on_isr_change_notifications()
-            case LogDirEventNotification():
-                if self.is_active:
-                    await self.log_dir_failures.on_notifications()
-            case LeaderAndIsrResponseReceived():
-                if self.is_active:
-                    await self.log_dir_failures.on_leader_and_isr_response(event)
-            case LeaderImbalanceCheck():
-                if self.is_active:
-                    await self.leaders.rebalance()
-            case CreateTopic():
-                return await self._create_topic(event)
-            case CreatePartitions():
-                await self._create_partitions(event)
-            case DeleteTopic(name=name):
-                self._require_active()
-                await self.deletion.delete(name)
-            case ElectLeaders(election_type=election_type, partitions=partitions):
-                self._require_active()
-                return await self.leaders.elect(election_type, partitions)
-            case AlterReassignments(targets=targets):
-                self._require_active()
-                return await self.reassignments.alter(targets)
-            case ListReassignments(partitions=partitions):
-                self._require_active()
-                return self.reassignments.ongoing(partitions)
-            case AlterPartition():
-                return await self.alter_partitions.process(event, active=self.is_active)
-            case AllocateProducerIds():
-                return await self.producer_id_blocks.allocate(event, active=self.is_active)
-            case ControlledShutdown(broker_id=broker_id, broker_epoch=broker_epoch):
-                self._require_active()
-                return await self.leaders.controlled_shutdown(broker_id, broker_epoch)
-            case _:
-                raise TypeError(f"unknown controller event {event!r}")
-        return None
+        """Run one event (on the event task) by the handler of its type
+        (:meth:`_event_handlers`); requests return their result."""
+        for cls in type(event).__mro__:
+            handler = self._handlers.get(cls)
+            if handler is not None:
+                return await handler(event)
+        raise TypeError(f"unknown controller event {event!r}")
+
+    def _event_handlers(self) -> dict[type, EventHandler]:
+        """Event type -> its handler. Some events matter only to the active controller
+        (``if_active``: ignored by the others); some requests only it answers
+        (``active_only``: :class:`NotControllerError` on the others)."""
+        if_active, active_only = self._if_active, self._active_only
+        return {
+            # elections, sessions, the controller's and the brokers' processes
+            Startup: lambda _event: self._elect(),
+            ControllerChange: lambda _event: self._elect(),
+            Reelect: lambda _event: self._elect(),
+            SessionLost: lambda _event: self._resign(),
+            BrokerChange: lambda _event: self._on_broker_change(),
+            ControllerUnreachable: lambda e: self._on_controller_unreachable(e.broker_id, e.czxid),
+            BrokerUnreachable: if_active(
+                lambda e: self.brokers.on_unreachable(e.broker_id, e.epoch)
+            ),
+            BrokerReachable: if_active(lambda e: self.brokers.on_reachable(e.broker_id, e.epoch)),
+            # ZooKeeper notifications, broker responses, timers
+            TopicChange: lambda _event: self._on_topic_change(),
+            TopicDeletionRequest: if_active(lambda _event: self.deletion.on_deletion_requests()),
+            IsrChangeNotification: lambda _event: self._on_isr_change_notifications(),
+            LogDirEventNotification: if_active(
+                lambda _event: self.log_dir_failures.on_notifications()
+            ),
+            LeaderAndIsrResponseReceived: if_active(
+                self.log_dir_failures.on_leader_and_isr_response
+            ),
+            LeaderImbalanceCheck: if_active(lambda _event: self.leaders.rebalance()),
+            # admin requests
+            CreateTopic: self._create_topic,
+            CreatePartitions: self._create_partitions,
+            DeleteTopic: active_only(lambda e: self.deletion.delete(e.name)),
+            ElectLeaders: active_only(lambda e: self.leaders.elect(e.election_type, e.partitions)),
+            AlterReassignments: active_only(lambda e: self.reassignments.alter(e.targets)),
+            ListReassignments: active_only(self._ongoing_reassignments),
+            # what brokers ask the controller
+            AlterPartition: lambda e: self.alter_partitions.process(e, active=self.is_active),
+            AllocateProducerIds: lambda e: self.producer_id_blocks.allocate(
+                e, active=self.is_active
+            ),
+            ControlledShutdown: active_only(
+                lambda e: self.leaders.controlled_shutdown(e.broker_id, e.broker_epoch)
+            ),
+        }
+
+    def _if_active(self, handle: EventHandler) -> EventHandler:
+        """``handle``, run only while this broker is the active controller; result None."""
+
+        async def run(event: Any) -> None:
+            if self.is_active:
+                await handle(event)
+
+        return run
+
+    def _active_only(self, handle: EventHandler) -> EventHandler:
+        """``handle``, refused (:class:`NotControllerError`) unless this broker is active."""
+
+        async def run(event: Any) -> object:
+            self._require_active()
+            return await handle(event)
+
+        return run
+
+    async def _ongoing_reassignments(self, event: ListReassignments) -> OngoingReassignments:
+        return self.reassignments.ongoing(event.partitions)
 
     # ======================================================================================
     # election, failover, resignation
@@ -451,11 +470,9 @@ class Controller:
         changed: set[TopicPartition] = set()
         for parts in notifications.values():
             changed.update(p for p in parts if p in ctx.assignments)
-        for tp in sorted(changed):
-            current = await self.zk.get_partition_state(tp.topic, tp.partition)
-            if current is not None:
-                ctx.states[tp] = current.value
-                ctx.state_versions[tp] = current.zk_version
+        for tp, current in (await self.zk.get_partition_states_of(changed)).items():
+            ctx.states[tp] = current.value
+            ctx.state_versions[tp] = current.zk_version
         await self.zk.delete_isr_change_notifications(notifications)
         self.requests.update_metadata(changed)
         await self.reassignments.on_isr_changes(changed)

@@ -169,10 +169,11 @@ class LogDirFailures:
             ],
             ReplicaState.OfflineReplica,
         )
+        just_elected = set(elected)
         shrunk = await driver.remove_from_isr(
             tp
             for tp in tps
-            if tp not in elected and tp in ctx.states and broker_id in ctx.states[tp].isr
+            if tp not in just_elected and tp in ctx.states and broker_id in ctx.states[tp].isr
         )
         changed = sorted({*elected, *shrunk})
         self.requests.stop_replica(broker_id, tps, delete=False)

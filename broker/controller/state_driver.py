@@ -193,6 +193,59 @@ class StateDriver:
         log.warning("%s: gave up updating the partition state after repeated races", tp)
         return False
 
+    async def update_many(
+        self, partitions: Iterable[TopicPartition], compute: Callable[[TopicPartition], StateUpdate]
+    ) -> set[TopicPartition]:
+        """:meth:`update` for many partitions at once: ``compute(tp)`` gives each one's
+        update; the new states are written together (pipelined conditional writes fenced by
+        the controller epoch, as Kafka's ``updateLeaderAndIsr``), the ones that lost a
+        version race are re-read and tried again. Returns the partitions written. A broker
+        failure at 10,000 partitions elects thousands of leaders and shrinks thousands of
+        ISRs: one write at a time took minutes."""
+        ctx = self.ctx
+        written: set[TopicPartition] = set()
+        pending = list(partitions)
+        for _ in range(MAX_UPDATE_ATTEMPTS):
+            batch: list[tuple[TopicPartition, znodes.PartitionState, PartitionState]] = []
+            for tp in pending:
+                current = ctx.states.get(tp)
+                new = None if current is None else compute(tp)(current)
+                if new is None:
+                    continue
+                target = (
+                    PartitionState.OnlinePartition
+                    if new.leader >= 0
+                    else PartitionState.OfflinePartition
+                )
+                if self._legal(tp, target):
+                    batch.append((tp, new, target))
+            if not batch:
+                return written
+            versions = await self.zk.update_partition_states(
+                [(tp, new, ctx.state_versions.get(tp, 0)) for tp, new, _ in batch],
+                controller_epoch_zk_version=ctx.epoch_zk_version,
+            )
+            pending = []
+            for (tp, new, target), version in zip(batch, versions, strict=True):
+                if version is None:
+                    pending.append(tp)
+                    continue
+                ctx.states[tp] = new
+                ctx.state_versions[tp] = version
+                ctx.partition_states.transition(tp, target)
+                written.add(tp)
+            if not pending:
+                return written
+            for tp, found in (await self.zk.get_partition_states_of(pending)).items():
+                ctx.states[tp] = found.value
+                ctx.state_versions[tp] = found.zk_version
+        log.warning(
+            "gave up updating the state of %d partitions after repeated races: %s",
+            len(pending),
+            ", ".join(str(tp) for tp in pending[:10]),
+        )
+        return written
+
     async def _write_state(self, tp: TopicPartition, new: znodes.PartitionState) -> bool:
         """Conditionally write ``new``; on a stale version re-read the state and return False."""
         ctx = self.ctx
@@ -282,15 +335,14 @@ class StateDriver:
         """OfflinePartition -> OnlinePartition by the offline-partition election (see the
         module doc); a partition whose leader turns out to be live just loses its dead ISR
         members. Topics being deleted are skipped. Returns the partitions written."""
-        changed = []
-        for tp in sorted(partitions):
-            if tp.topic in self.ctx.deleting:
-                continue
-            if await self.update(tp, functools.partial(self._elect_or_shrink, tp)):
-                changed.append(tp)
-            else:
+        eligible = sorted(tp for tp in partitions if tp.topic not in self.ctx.deleting)
+        written = await self.update_many(
+            eligible, lambda tp: functools.partial(self._elect_or_shrink, tp)
+        )
+        for tp in eligible:
+            if tp not in written:
                 self._settle(tp)
-        return changed
+        return [tp for tp in eligible if tp in written]
 
     async def remove_from_isr(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
         """Drop the replicas that are not online (broker dead or shutting down, or replica in

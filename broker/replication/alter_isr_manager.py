@@ -3,15 +3,24 @@
 
 The replica manager proposes a new ISR when a follower has caught up (on its fetch) or has
 not caught up for ``replica.lag.time.max.ms`` (its periodic check). A proposal becomes the
-partition's ``pending_isr`` and is queued; one writer task takes the proposals in order and
-writes each through the ``alter_isr`` callback (a conditional update of the partition-state
-znode at the partition's ``zk_version``, plus an ISR-change notification for the
-controller). Only a written ISR is used: the partition commits it with the znode's new
-version and the high watermark is recomputed. A proposal that is stale when its turn comes
+partition's ``pending_isr`` and is queued; one writer task takes every proposal queued by
+then (up to :data:`MAX_BATCH`) and writes them together through the ``alter_isr`` callback:
+conditional updates of the partition-state znodes, each at its partition's ``zk_version``,
+pipelined on the ZooKeeper connection, then one ISR-change notification naming the written
+partitions for the controller (as Kafka batches ISR changes: its AlterPartition request
+carries many partitions, and in ZooKeeper mode one ``isr_change`` znode lists many). A
+partition has at most one proposal in flight: the next is proposed after the write
+answers. Only a written ISR is used: the partition commits it with the znode's new version
+and the high watermark is recomputed. A proposal that is stale when its batch is written
 (the partition is gone, no longer led here at that leader epoch, or a newer proposal
 replaced it) is dropped; a write the znode's version rejects clears ``pending_isr``, and the
 controller's next LeaderAndIsr tells what happened. Without a callback (unit tests) a
 proposal is committed at once.
+
+Why batches: at 10,000 partitions a leader whose followers were slow to start proposes a
+shrink for each of its thousands of partitions in one check; written one at a time (two
+ZooKeeper round trips each) they took minutes, during which the controller, the followers'
+expansions and its metadata lagged.
 
 It sees the replica manager only as an :class:`IsrHost`: the partitions it leads (read, never
 edited), the broker and controller epochs it writes with, and the two things to do once an
@@ -25,7 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from broker.types import TopicPartition
@@ -33,13 +43,28 @@ from broker.types import TopicPartition
 if TYPE_CHECKING:
     from broker.replication.partition import Partition
 
-__all__ = ["AlterIsr", "AlterIsrManager", "IsrHost"]
+__all__ = ["MAX_BATCH", "AlterIsr", "AlterIsrManager", "IsrHost", "IsrWrite"]
 
 log = logging.getLogger(__name__)
 
-AlterIsr = Callable[[TopicPartition, int, int, tuple[int, ...], int, int], Awaitable[int | None]]
-"""(tp, leader, leader_epoch, isr, zk_version, controller_epoch) -> new znode version, or None
-when the znode changed under us (the controller's next LeaderAndIsr tells what happened)."""
+MAX_BATCH = 1000
+"""Proposals written together at most (a ZooKeeper request pipeline and one notification)."""
+
+
+@dataclass(frozen=True, slots=True)
+class IsrWrite:
+    """One partition's ISR to write: its state znode must still be at ``zk_version``."""
+
+    tp: TopicPartition
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    zk_version: int
+
+
+AlterIsr = Callable[[Sequence[IsrWrite], int], Awaitable[Sequence[int | None]]]
+"""(writes, controller_epoch) -> per write, in order, the znode's new version, or None when
+the znode changed under us (the controller's next LeaderAndIsr tells what happened)."""
 
 
 class IsrHost(Protocol):
@@ -90,34 +115,56 @@ class AlterIsrManager:
         self._queue.put_nowait((partition.tp, partition.leader_epoch, isr))
 
     async def run(self) -> None:
-        """Write the queued proposals, one at a time, until cancelled."""
-        host = self.host
+        """Write the queued proposals, a batch at a time, until cancelled."""
         while True:
-            tp, epoch, isr = await self._queue.get()
+            batch = [await self._queue.get()]
+            while len(batch) < MAX_BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            await self._write(self._fresh(batch))
+
+    def _fresh(self, batch: list[tuple[TopicPartition, int, tuple[int, ...]]]) -> list[IsrWrite]:
+        """The proposals of ``batch`` still worth writing: the partition is led here at the
+        proposal's epoch and it is still the pending one (the last, if queued twice)."""
+        host = self.host
+        writes: dict[TopicPartition, IsrWrite] = {}
+        for tp, epoch, isr in batch:
             partition = host.partitions.get(tp)
             if (
                 partition is None
                 or not partition.is_leader
                 or partition.leader_epoch != epoch
                 or partition.pending_isr != isr
-                or self.alter_isr is None
             ):
                 continue
-            try:
-                version = await self.alter_isr(
-                    tp, host.broker_id, epoch, isr, partition.zk_version, host.controller_epoch
-                )
-            except Exception:
-                log.exception("%s: writing ISR %s failed", tp, list(isr))
-                version = None
-            partition = host.partitions.get(tp)
-            if partition is None or partition.leader_epoch != epoch or not partition.is_leader:
-                continue
-            if version is None:
-                log.info("%s: ISR update to %s was rejected (stale state)", tp, list(isr))
-                partition.pending_isr = None
-                continue
-            log.info("%s: ISR %s -> %s", tp, list(partition.isr), list(isr))
-            host.count_isr_change(partition.isr, isr)
-            partition.commit_isr(isr, version)
-            host.notify_high_watermark(tp)
+            writes[tp] = IsrWrite(tp, host.broker_id, epoch, isr, partition.zk_version)
+        return list(writes.values())
+
+    async def _write(self, writes: list[IsrWrite]) -> None:
+        if not writes or self.alter_isr is None:
+            return
+        try:
+            versions = list(await self.alter_isr(writes, self.host.controller_epoch))
+        except Exception:
+            log.exception("writing the ISRs of %d partitions failed", len(writes))
+            versions = [None] * len(writes)
+        for write, version in zip(writes, versions, strict=True):
+            self._commit(write, version)
+
+    def _commit(self, write: IsrWrite, version: int | None) -> None:
+        host = self.host
+        tp = write.tp
+        partition = host.partitions.get(tp)
+        if (
+            partition is None
+            or partition.leader_epoch != write.leader_epoch
+            or not partition.is_leader
+        ):
+            return
+        if version is None:
+            log.info("%s: ISR update to %s was rejected (stale state)", tp, list(write.isr))
+            partition.pending_isr = None
+            return
+        log.info("%s: ISR %s -> %s", tp, list(partition.isr), list(write.isr))
+        host.count_isr_change(partition.isr, write.isr)
+        partition.commit_isr(write.isr, version)
+        host.notify_high_watermark(tp)

@@ -31,6 +31,9 @@ class Purgatory:
         self._clock = clock
         self._watchers: dict[Hashable, set[asyncio.Future[bool]]] = {}
         self._deadlines: dict[asyncio.Future[bool], float] = {}
+        self._fired: dict[asyncio.Future[bool], set[Hashable]] = {}
+        """Per waiting operation of :meth:`wait_for_changes`: the keys notified since it last
+        looked (a key notified after the wake-up but before the operation ran is kept too)."""
 
     def notify(self, key: Hashable) -> int:
         """Wake the operations watching ``key``; returns how many were woken."""
@@ -38,7 +41,11 @@ class Purgatory:
         if not waiters:
             return 0
         woken = 0
+        fired = self._fired
         for fut in waiters:
+            keys = fired.get(fut)
+            if keys is not None:
+                keys.add(key)
             if not fut.done():
                 fut.set_result(True)
                 woken += 1
@@ -116,6 +123,53 @@ class Purgatory:
             if not notified and not recheck_at_deadline:
                 return False
         return True
+
+    async def wait_for_changes(
+        self,
+        keys: Iterable[Hashable],
+        changed: Callable[[set[Hashable]], bool],
+        timeout_s: float,
+    ) -> bool:
+        """Wait until ``changed(notified)`` holds or the timeout expires; ``notified`` is the
+        set of ``keys`` notified since the previous call (never empty). The caller has just
+        checked its condition, so nothing is checked before the first notification, nor at
+        a deadline with no notification since the last check (False is returned at once).
+
+        A long-poll fetch of thousands of partitions uses this to re-read only the
+        partitions that changed (Kafka's DelayedFetch looks at each partition's position;
+        re-reading all of them on every notification made an idle follower fetch cost
+        quadratic in its partitions while ISRs changed)."""
+        keys = list(keys)
+        loop = asyncio.get_running_loop()
+        clock = self._clock
+        deadline = clock.monotonic() + max(timeout_s, 0.0)
+        while True:
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                return False
+            fut: asyncio.Future[bool] = loop.create_future()
+            for key in keys:
+                self._watchers.setdefault(key, set()).add(fut)
+            self._deadlines[fut] = deadline
+            notified: set[Hashable] = set()
+            self._fired[fut] = notified
+            timer = loop.call_later(remaining, _wake, fut)
+            try:
+                woken = await fut
+            finally:
+                timer.cancel()
+                del self._deadlines[fut]
+                del self._fired[fut]
+                for key in keys:
+                    waiters = self._watchers.get(key)
+                    if waiters is not None:
+                        waiters.discard(fut)
+                        if not waiters:
+                            del self._watchers[key]
+            if not woken or not notified:
+                return False
+            if changed(notified):
+                return True
 
 
 def _wake(fut: asyncio.Future[bool]) -> None:

@@ -16,9 +16,9 @@ epoch); followers are replicated by the fetchers of ``replication/fetcher.py``. 
 fetch (``replica_id`` >= 0) reads up to the log end and records the follower's position,
 which moves the high watermark and may add the follower back to the ISR; a periodic check
 removes followers that have not caught up for ``replica.lag.time.max.ms``. ISR changes are
-written by :class:`~broker.replication.alter_isr_manager.AlterIsrManager`: one task, in order,
-through the ``alter_isr`` callback (a conditional update of the partition-state znode plus an
-ISR-change notification for the controller).
+written by :class:`~broker.replication.alter_isr_manager.AlterIsrManager`: one task, in
+batches, through the ``alter_isr`` callback (conditional updates of the partition-state
+znodes plus one ISR-change notification for the controller).
 
 Log directory failure (KIP-112): when a log directory fails, its partitions move from
 ``partitions`` to ``offline_partitions`` (:mod:`broker.replication.log_dir_failure_handler`),
@@ -48,7 +48,7 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,10 @@ from broker.topic_config import LogConfig
 from broker.types import TopicPartition
 
 log = logging.getLogger(__name__)
+
+LEADER_AND_ISR_CHUNK = 100
+"""Partitions of a LeaderAndIsr request applied per turn of the event loop (creating a log
+takes milliseconds: 100 of them keep other requests waiting well under a second)."""
 
 
 class UnknownTopicOrPartitionError(KafkaError):
@@ -200,6 +204,30 @@ class ReplicaManager:
         self.controller_epoch = controller_epoch
         return True
 
+    async def apply_leader_and_isr(
+        self,
+        controller_epoch: int,
+        specs: Iterable[PartitionStateSpec],
+        leaders: dict[int, tuple[str, int]],
+        log_config_for: Callable[[str], LogConfig],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """:meth:`become_leader_or_follower` for a whole LeaderAndIsr request, in chunks of
+        :data:`LEADER_AND_ISR_CHUNK` partitions with a turn of the event loop between them:
+        a request creating thousands of logs must not stop this broker from answering
+        fetches, produces and the controller meanwhile (Kafka handles it on one request
+        thread while the others serve). Each partition changes role within one chunk; the
+        controller sends a broker one request at a time."""
+        specs = list(specs)
+        results: dict[TopicPartition, ErrorCode] = {}
+        for start in range(0, len(specs), LEADER_AND_ISR_CHUNK):
+            if start:
+                await asyncio.sleep(0)
+            chunk = specs[start : start + LEADER_AND_ISR_CHUNK]
+            results.update(
+                self.become_leader_or_follower(controller_epoch, chunk, leaders, log_config_for)
+            )
+        return results
+
     def become_leader_or_follower(
         self,
         controller_epoch: int,
@@ -217,9 +245,9 @@ class ReplicaManager:
                 self.controller_epoch,
             )
             return {s.tp: ErrorCode.stale_controller_epoch for s in specs}
-        now = self.clock.time_ms()
         for spec in specs:
             tp = spec.tp
+            now = self.clock.time_ms()  # a follower's lag counts from its partition's turn
             if tp in self.offline_partitions:
                 log.warning(
                     "%s: ignoring LeaderAndIsr: the replica is in an offline log directory", tp
@@ -387,7 +415,6 @@ class ReplicaManager:
         if fully:
             partition.log.truncate_fully_and_start_at(offset)
             partition.high_watermark = offset
-            partition.log.high_watermark = offset
         elif offset < partition.log.log_end_offset:
             log.info("%s: follower truncating to %d", tp, offset)
             partition.truncate_to(offset)
@@ -675,9 +702,11 @@ class ReplicaManager:
     ) -> list[FetchResult]:
         committed = committed_only and replica_id < 0
 
-        def read(record_follower: bool = False) -> list[FetchResult]:
+        def read(
+            which: list[FetchRequestPartition], record_follower: bool = False
+        ) -> list[FetchResult]:
             return self._read_all(
-                requests,
+                which,
                 max_bytes=max_bytes,
                 committed_only=committed,
                 min_one=True,
@@ -685,39 +714,40 @@ class ReplicaManager:
                 read_committed=read_committed and committed,
             )
 
-        results = read(record_follower=True)
-        if (
-            max_wait_ms <= 0
-            or not requests
-            or sum(r.size for r in results) >= min_bytes
-            or any(r.error != ErrorCode.none or r.diverging_epoch for r in results)
-        ):
+        results = read(requests, record_follower=True)
+        if max_wait_ms <= 0 or not requests or _complete(results, min_bytes):
             return results
         # A waiting fetch keeps its last read, but not the bytes a small read carries inline
         # (up to a scan window per partition): a client must not hold broker memory by
         # parking fetches with a min_bytes it never reaches; the answer then uses sendfile.
-        holder: list[list[FetchResult]] = [_without_inline_bytes(results)]
-        first = [True]
+        held = _without_inline_bytes(results)
+        index = {req.tp: i for i, req in enumerate(requests)}
 
-        def enough() -> bool:
-            if first[0]:  # just read: wait for a notification or the deadline
-                first[0] = False
-                return False
-            fresh = read()
-            if sum(r.size for r in fresh) >= min_bytes or any(
-                r.error != ErrorCode.none or r.diverging_epoch for r in fresh
-            ):
-                holder[0] = fresh
+        def changed(notified: set[Hashable]) -> bool:
+            nonlocal held
+            if len(index) < len(requests) or any(r.size for r in held):
+                # some bytes held (min_bytes > 1; the byte budget spans every partition), or
+                # a partition named twice: read them all again
+                fresh = read(requests)
+            else:
+                # Nothing held: a partition nobody notified still reads nothing (appends,
+                # high watermark moves, role changes and stopped replicas all notify), so
+                # only the notified ones are read again, in request order.
+                positions = sorted(index[tp] for tp in notified if tp in index)
+                fresh = list(held)
+                for i, result in zip(
+                    positions, read([requests[i] for i in positions]), strict=True
+                ):
+                    fresh[i] = result
+            if _complete(fresh, min_bytes):
+                held = fresh
                 return True
-            holder[0] = _without_inline_bytes(fresh)
+            held = _without_inline_bytes(fresh)
             return False
 
-        # At the deadline, without a notification since the last read, that read still holds:
-        # appends, high watermark moves, role changes and stopped replicas all notify.
-        await self.purgatory.wait_until(
-            [r.tp for r in requests], enough, max_wait_ms / 1000.0, recheck_at_deadline=False
-        )
-        return holder[0]
+        # At the deadline, without a notification since the last read, that read still holds.
+        await self.purgatory.wait_for_changes(index, changed, max_wait_ms / 1000.0)
+        return held
 
     # --- offsets --------------------------------------------------------------------------
 
@@ -791,6 +821,14 @@ def _diverging_epoch(partition: Partition, req: FetchRequestPartition) -> tuple[
     if epoch < req.last_fetched_epoch or end_offset < req.fetch_offset:
         return epoch, end_offset
     return None
+
+
+def _complete(results: list[FetchResult], min_bytes: int) -> bool:
+    """A fetch answers now: ``min_bytes`` reached, or a partition has an error or a
+    diverging epoch to report."""
+    return sum(r.size for r in results) >= min_bytes or any(
+        r.error != ErrorCode.none or r.diverging_epoch for r in results
+    )
 
 
 def _without_inline_bytes(results: list[FetchResult]) -> list[FetchResult]:

@@ -213,6 +213,10 @@ class ZkOperations(Protocol):
 
     async def get_partition_states(self, name: str) -> dict[int, VersionedAt[PartitionState]]: ...
 
+    async def get_partition_states_of(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, VersionedAt[PartitionState]]: ...
+
     async def update_partition_state(
         self,
         name: str,
@@ -222,6 +226,13 @@ class ZkOperations(Protocol):
         *,
         controller_epoch_zk_version: int | None = None,
     ) -> int | None: ...
+
+    async def update_partition_states(
+        self,
+        updates: Sequence[tuple[TopicPartition, PartitionState, int]],
+        *,
+        controller_epoch_zk_version: int | None = None,
+    ) -> list[int | None]: ...
 
     # --- topic configs
     async def get_topic_config(self, name: str) -> dict[str, str]: ...

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -260,28 +261,50 @@ class ZkTopicOps(ZkSession):
         return await self._run(work)
 
     async def get_partition_states(self, name: str) -> dict[int, VersionedAt[PartitionState]]:
-        """Every partition state of the topic that exists, by partition."""
+        """Every partition state of the topic that exists, by partition (the reads
+        pipelined: one round trip for the children, about one for all the states)."""
 
         def work() -> dict[int, VersionedAt[PartitionState]]:
             try:
                 children = self._kz.get_children(TopicZNode.partitions_path(name))
             except NoNodeError:
                 return {}
-            out: dict[int, VersionedAt[PartitionState]] = {}
-            for child in children:
-                if not child.isdigit():
-                    continue
-                p = int(child)
-                try:
-                    data, stat = self._kz.get(PartitionState.path(name, p))
-                except NoNodeError:
-                    continue
-                out[p] = VersionedAt(
-                    PartitionState.decode(data, name, p), int(stat.version), int(stat.mzxid)
-                )
-            return dict(sorted(out.items()))
+            found = self._read_states(
+                [TopicPartition(name, int(c)) for c in children if c.isdigit()]
+            )
+            return {tp.partition: v for tp, v in sorted(found.items())}
 
         return await self._run(work)
+
+    async def get_partition_states_of(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, VersionedAt[PartitionState]]:
+        """The states of ``partitions`` that exist (reads pipelined, as above)."""
+        wanted = list(partitions)
+        if not wanted:
+            return {}
+        return await self._run(self._read_states, wanted)
+
+    def _read_states(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, VersionedAt[PartitionState]]:
+        """ZooKeeper thread: ``get_async`` every state znode, then collect the answers."""
+        pending = [
+            (tp, self._kz.get_async(PartitionState.path(tp.topic, tp.partition)))
+            for tp in partitions
+        ]
+        out: dict[TopicPartition, VersionedAt[PartitionState]] = {}
+        for tp, result in pending:
+            try:
+                data, stat = result.get()
+            except NoNodeError:
+                continue
+            out[tp] = VersionedAt(
+                PartitionState.decode(data, tp.topic, tp.partition),
+                int(stat.version),
+                int(stat.mzxid),
+            )
+        return out
 
     async def update_partition_state(
         self,
@@ -338,6 +361,76 @@ class ZkTopicOps(ZkSession):
                 return None
             raise ZkError(f"updating {path} failed: {results!r}")
 
+        return await self._run(work)
+
+    async def update_partition_states(
+        self,
+        updates: Sequence[tuple[TopicPartition, PartitionState, int]],
+        *,
+        controller_epoch_zk_version: int | None = None,
+    ) -> list[int | None]:
+        """Many partition-state writes at once: each ``(tp, state, expected_version)`` is
+        written if its znode is still at ``expected_version``; per update, in order, the new
+        version or None (stale version, or the znode is gone). The writes are pipelined on
+        the one ZooKeeper connection (``set_async``; with ``controller_epoch_zk_version``,
+        one check-and-set transaction per partition, as Kafka's controller sends a
+        MultiRequest per partition), so a batch costs about one round trip, not one per
+        partition. They are independent (not one transaction): each succeeds or fails on its
+        own version; a fenced controller raises :class:`ControllerMovedError`. A write
+        retried after a lost connection whose first attempt succeeded is recognised, as in
+        :meth:`update_partition_state`."""
+        paths = [PartitionState.path(tp.topic, tp.partition) for tp, _, _ in updates]
+        datas = [state.encode() for _, state, _ in updates]
+
+        def already_written(i: int) -> int | None:
+            tp, state, expected = updates[i]
+            try:
+                current, stat = self._kz.get(paths[i])
+            except NoNodeError:
+                return None
+            try:
+                same = PartitionState.decode(current, tp.topic, tp.partition) == state
+            except ZNodeDecodeError:
+                same = False
+            return int(stat.version) if same and stat.version == expected + 1 else None
+
+        def send(i: int) -> Any:
+            expected = updates[i][2]
+            if controller_epoch_zk_version is None:
+                return self._kz.set_async(paths[i], datas[i], version=expected)
+            tx = self._kz.transaction()
+            tx.check(CONTROLLER_EPOCH_PATH, controller_epoch_zk_version)
+            tx.set_data(paths[i], datas[i], version=expected)
+            return tx.commit_async()
+
+        def answer(i: int, result: Any) -> int | None:
+            if controller_epoch_zk_version is None:
+                try:
+                    return int(result.get().version)
+                except BadVersionError:
+                    return already_written(i)
+                except NoNodeError:
+                    return None
+            results = result.get()
+            if not any(isinstance(r, Exception) for r in results):
+                return int(results[1].version)
+            if isinstance(results[0], BadVersionError | NoNodeError):
+                raise ControllerMovedError(
+                    f"controller epoch znode version is no longer {controller_epoch_zk_version}"
+                    f"; not writing {paths[i]}"
+                )
+            if isinstance(results[1], BadVersionError):
+                return already_written(i)
+            if isinstance(results[1], NoNodeError):
+                return None
+            raise ZkError(f"updating {paths[i]} failed: {results!r}")
+
+        def work() -> list[int | None]:
+            pending = [send(i) for i in range(len(updates))]
+            return [answer(i, result) for i, result in enumerate(pending)]
+
+        if not updates:
+            return []
         return await self._run(work)
 
     # ------------------------------------------------------------------ topic configs

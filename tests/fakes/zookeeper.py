@@ -579,6 +579,16 @@ class FakeZkClient:
                     out[int(child)] = found
         return dict(sorted(out.items()))
 
+    async def get_partition_states_of(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, VersionedAt[znodes.PartitionState]]:
+        out = {}
+        for tp in partitions:
+            found = await self.get_partition_state(tp.topic, tp.partition)
+            if found is not None:
+                out[tp] = found
+        return out
+
     async def update_partition_state(
         self,
         name: str,
@@ -595,6 +605,23 @@ class FakeZkClient:
             return self.zk.set(path, state.encode(), expected_version)
         except (BadVersion, NoNode):
             return None
+
+    async def update_partition_states(
+        self,
+        updates: Sequence[tuple[TopicPartition, znodes.PartitionState, int]],
+        *,
+        controller_epoch_zk_version: int | None = None,
+    ) -> list[int | None]:
+        return [
+            await self.update_partition_state(
+                tp.topic,
+                tp.partition,
+                state,
+                expected,
+                controller_epoch_zk_version=controller_epoch_zk_version,
+            )
+            for tp, state, expected in updates
+        ]
 
     # ------------------------------------------------------------------ topic configs
 

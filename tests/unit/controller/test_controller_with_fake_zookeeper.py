@@ -347,6 +347,37 @@ async def test_broker_failure_moves_leadership_to_the_next_isr_replica(cluster: 
 
 
 @cluster_test()
+async def test_a_broker_failure_writes_every_partition_once_even_after_a_version_race(
+    cluster: Cluster,
+) -> None:
+    """The elections and ISR shrinks of a broker failure are written as one batch; a
+    partition whose znode a leader changed meanwhile (its version moved under the
+    controller) is read again and written on top of the leader's change."""
+    assignment = {p: [2, 3, 1] if p % 2 else [3, 2, 1] for p in range(40)}
+    await cluster.create_topic("many", assignment)
+    zk = cluster.any_zk()
+    raced = TP("many", 6)  # led by 3: its leader shrinks the ISR behind the controller
+    found = await zk.get_partition_state(raced.topic, raced.partition)
+    assert found is not None
+    behind = znodes.PartitionState(
+        leader=3, leader_epoch=found.value.leader_epoch, isr=(3, 2), controller_epoch=1
+    )
+    assert (
+        await zk.update_partition_state(raced.topic, raced.partition, behind, found.zk_version)
+        is not None
+    )
+    await cluster.stop(2)
+    for p, replicas in assignment.items():
+        st = await cluster.state(TP("many", p))
+        if replicas[0] == 2:  # led by 2: the next in-sync replica leads
+            assert (st.leader, st.leader_epoch, st.isr) == (3, 1, (3, 1)), p
+        elif p == 6:  # the leader had dropped 1; the controller drops 2 on top
+            assert (st.leader, st.leader_epoch, st.isr) == (3, 1, (3,)), p
+        else:
+            assert (st.leader, st.leader_epoch, st.isr) == (3, 1, (3, 1)), p
+
+
+@cluster_test()
 async def test_a_partition_without_live_in_sync_replica_gets_leader_minus_one(
     cluster: Cluster,
 ) -> None:

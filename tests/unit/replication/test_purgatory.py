@@ -102,3 +102,48 @@ def test_no_recheck_at_the_deadline_unless_notified(notified: bool) -> None:
         return await waiter, checks[0]
 
     assert asyncio.run(run()) == (False, 2 if notified else 1)
+
+
+def test_wait_for_changes_reports_the_notified_keys() -> None:
+    """A waiter sees which of its keys changed since it last looked, including a key notified
+    after its wake-up but before it ran, and never a key it does not watch."""
+
+    async def run() -> tuple[list[set[str]], bool, int]:
+        p = Purgatory(ManualClock())
+        seen: list[set[str]] = []
+
+        def changed(keys: set[object]) -> bool:
+            seen.append({str(k) for k in keys})
+            return len(seen) == 2
+
+        waiter = asyncio.create_task(p.wait_for_changes(["a", "b", "c"], changed, 10))
+        await _spin()
+        p.notify("a")
+        p.notify("c")  # before the woken waiter ran
+        p.notify("other")
+        await _spin()
+        p.notify("b")
+        ok = await waiter
+        return seen, ok, p.watched_keys
+
+    assert asyncio.run(run()) == ([{"a", "c"}, {"b"}], True, 0)
+
+
+def test_wait_for_changes_returns_false_at_the_deadline_without_checking() -> None:
+    async def run() -> tuple[bool, int]:
+        clock = ManualClock()
+        p = Purgatory(clock)
+        calls = 0
+
+        def changed(_keys: set[object]) -> bool:
+            nonlocal calls
+            calls += 1
+            return True
+
+        waiter = asyncio.create_task(p.wait_for_changes(["a"], changed, 5))
+        await _spin()
+        clock.advance(5_000)
+        p.expire()
+        return await waiter, calls
+
+    assert asyncio.run(run()) == (False, 0)

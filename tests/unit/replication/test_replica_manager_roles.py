@@ -9,7 +9,7 @@ recording fake so no network task is started.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,6 +20,7 @@ from broker.config import BrokerConfig
 from broker.log.log_manager import LogManager
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode
+from broker.replication.alter_isr_manager import IsrWrite
 from broker.replication.replica_manager import (
     FetchRequestPartition,
     FetchResult,
@@ -288,24 +289,20 @@ def test_caught_up_follower_is_added_back_to_the_isr(tmp_path: Path) -> None:
     _run(scenario)
 
 
-def test_isr_changes_go_through_alter_isr_one_at_a_time(tmp_path: Path) -> None:
+def test_isr_changes_go_through_alter_isr_one_in_flight_per_partition(tmp_path: Path) -> None:
     b = Broker(tmp_path)
     calls: list[tuple[TopicPartition, int, int, tuple[int, ...], int, int]] = []
 
     async def scenario() -> None:
         gate = asyncio.Event()
 
-        async def alter_isr(
-            tp: TopicPartition,
-            leader: int,
-            epoch: int,
-            isr: tuple[int, ...],
-            zk_version: int,
-            controller_epoch: int,
-        ) -> int | None:
-            calls.append((tp, leader, epoch, isr, zk_version, controller_epoch))
+        async def alter_isr(writes: Sequence[IsrWrite], controller_epoch: int) -> list[int]:
+            calls.extend(
+                (w.tp, w.leader, w.leader_epoch, w.isr, w.zk_version, controller_epoch)
+                for w in writes
+            )
             await gate.wait()
-            return zk_version + 1
+            return [w.zk_version + 1 for w in writes]
 
         b.rm.alter_isr_manager.alter_isr = alter_isr
         b.apply(7, _spec(leader=1, epoch=2, isr=(1,), replicas=(1, 2, 3), zk_version=4))
@@ -337,6 +334,49 @@ def test_isr_changes_go_through_alter_isr_one_at_a_time(tmp_path: Path) -> None:
             await b.rm.shutdown()
 
     _run(scenario)
+
+
+def test_the_isr_changes_of_many_partitions_are_written_in_one_batch(tmp_path: Path) -> None:
+    """A shrink check that finds many partitions behind writes them together (one pipelined
+    ZooKeeper batch and one notification), each at its own znode version; a write the znode
+    rejects leaves only its own partition as it was."""
+    b = Broker(tmp_path)
+    tps = [TopicPartition("orders", i) for i in range(50)]
+    batches: list[list[IsrWrite]] = []
+
+    async def alter_isr(writes: Sequence[IsrWrite], controller_epoch: int) -> list[int | None]:
+        batches.append(list(writes))
+        return [None if w.tp == tps[7] else w.zk_version + 1 for w in writes]
+
+    async def scenario() -> None:
+        b.rm.alter_isr_manager.alter_isr = alter_isr
+        b.apply(
+            7,
+            *(
+                _spec(leader=1, epoch=2, isr=(1, 2), replicas=(1, 2), tp=tp, zk_version=i)
+                for i, tp in enumerate(tps)
+            ),
+        )
+        b.rm.start()
+        try:
+            b.clock.advance(LAG_MS + 1)  # follower 2 never fetched
+            b.rm.maybe_shrink_isrs()
+            for _ in range(20):
+                await asyncio.sleep(0)
+                if batches and all(b.rm.partitions[tp].pending_isr is None for tp in tps):
+                    break
+        finally:
+            await b.rm.shutdown()
+
+    _run(scenario)
+    assert len(batches) == 1
+    assert [(w.tp, w.isr, w.zk_version) for w in batches[0]] == [
+        (tp, (1,), i) for i, tp in enumerate(tps)
+    ]
+    for i, tp in enumerate(tps):
+        p = b.rm.partitions[tp]
+        assert p.pending_isr is None
+        assert (p.isr, p.zk_version) == (((1, 2), 7) if i == 7 else ((1,), i + 1))
 
 
 # --- acks=all produce -------------------------------------------------------------------------
@@ -606,3 +646,35 @@ def test_a_fetch_with_a_diverging_last_epoch_gets_the_leaders_end_of_it(tmp_path
         assert unknown.error == ErrorCode.offset_out_of_range
 
     _run(scenario)
+
+
+def test_a_fetch_waiting_on_many_partitions_answers_the_one_appended_to(tmp_path: Path) -> None:
+    """A long-poll fetch of many idle partitions (a follower's session) wakes on an append to
+    one of them and answers its records; the others answer empty (only the notified partition
+    is read again, the others' last read still holds)."""
+    b = Broker(tmp_path)
+    tps = [TopicPartition("orders", i) for i in range(20)]
+    b.apply(1, *(_spec(leader=1, epoch=1, isr=(1,), replicas=(1,), tp=tp) for tp in tps))
+
+    async def scenario() -> list[FetchResult]:
+        waiting = asyncio.create_task(
+            b.rm.fetch(
+                [FetchRequestPartition(tp, 0, 1 << 20) for tp in tps],
+                max_wait_ms=60_000,
+                min_bytes=1,
+                max_bytes=1 << 20,
+            )
+        )
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        await _produce(b.rm, 3, acks=1, tp=tps[13])
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert waiting.done()
+        return waiting.result()
+
+    results = _run(scenario)
+    assert [r.tp for r in results] == tps
+    assert [_last_offset(r) for r in results] == [2 if i == 13 else None for i in range(20)]
+    assert [r.high_watermark for r in results] == [3 if i == 13 else 0 for i in range(20)]
