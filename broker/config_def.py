@@ -71,28 +71,49 @@ class ConfigDef:
 def _parse_typed(kind: ConfigType, raw: object) -> Any:
     if raw is None:
         return None
-    if kind is ConfigType.BOOLEAN:
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text in ("true", "false"):
-            return text == "true"
-        raise ValueError(raw)
-    if kind in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
+    parser = _PARSERS.get(kind)
+    return str(raw).strip() if parser is None else parser(raw)
+
+
+def _parse_boolean(raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise ValueError(raw)
+
+
+def _integer_parser(bits: int) -> Callable[[object], int]:
+    """The parser of a signed integer of ``bits`` bits (a bool refused)."""
+    limit = 2 ** (bits - 1)
+
+    def parse(raw: object) -> int:
         if isinstance(raw, bool):
             raise ValueError(raw)
         value = int(str(raw).strip())
-        limit = {ConfigType.INT: 2**31, ConfigType.SHORT: 2**15, ConfigType.LONG: 2**63}[kind]
         if not -limit <= value < limit:
             raise ValueError(raw)
         return value
-    if kind is ConfigType.DOUBLE:
-        return float(str(raw).strip())
-    if kind is ConfigType.LIST:
-        if isinstance(raw, list | tuple):
-            return tuple(str(x) for x in raw)
-        return tuple(p.strip() for p in str(raw).split(",") if p.strip())
-    return str(raw).strip()
+
+    return parse
+
+
+def _parse_list(raw: object) -> tuple[str, ...]:
+    if isinstance(raw, list | tuple):
+        return tuple(str(x) for x in raw)
+    return tuple(p.strip() for p in str(raw).split(",") if p.strip())
+
+
+_PARSERS: dict[ConfigType, Callable[[object], Any]] = {
+    ConfigType.BOOLEAN: _parse_boolean,
+    ConfigType.INT: _integer_parser(32),
+    ConfigType.SHORT: _integer_parser(16),
+    ConfigType.LONG: _integer_parser(64),
+    ConfigType.DOUBLE: lambda raw: float(str(raw).strip()),
+    ConfigType.LIST: _parse_list,
+}
+"""The value parser of each type but the strings (STRING, CLASS, PASSWORD: stripped)."""
 
 
 def at_least(n: int) -> Callable[[Any], bool]:

@@ -161,45 +161,11 @@ class Broker:
         self.inter_broker_listener = inter_broker_listener(cfg)
         listener_security = {x.name: build_listener_security(cfg, x.name) for x in cfg.listeners}
         self.inter_broker_security = inter_broker_client_security(cfg)
-        self.zk = zk = ZkClient(
-            cfg["zookeeper.connect"],
-            session_timeout_ms=cfg["zookeeper.session.timeout.ms"],
-            connection_timeout_ms=cfg["zookeeper.connection.timeout.ms"],
-        )
-        await zk.start()
-        await zk.ensure_persistent_paths()
-        cluster_id = await zk.get_or_create_cluster_id()
-        if self.broker_id < 0:
-            if not cfg["broker.id.generation.enable"]:
-                raise SystemExit("broker.id is not set and broker.id.generation.enable=false")
-            self.broker_id = await zk.generate_broker_id(cfg["reserved.broker.max.id"])
+        zk, cluster_id = await self._join_zookeeper()
         self.topic_configs = topic_configs = TopicConfigManager(zk, cfg)
         await topic_configs.load_all()
-        self.state = BrokerState.RECOVERY
-        self.log_manager = LogManager(
-            cfg.log_dirs,
-            cfg.default_log_config(),
-            clock=self.clock,
-            broker_id=self.broker_id,
-            cluster_id=cluster_id,
-            failure_channel=self.log_dir_failures,
-        )
-        await asyncio.to_thread(self.log_manager.startup, topic_configs.log_config_for)
-        self.state = BrokerState.STARTING
-        await self._delete_stray_logs()
-        self._start_log_cleaner(topic_configs)
-        self.replica_manager = ReplicaManager(
-            cfg,
-            self.log_manager,
-            clock=self.clock,
-            broker_id=self.broker_id,
-            alter_isr=self._alter_isr,
-            log_dir_event=self._propagate_log_dir_event,
-            on_all_log_dirs_offline=self._halt,
-            inter_broker_security=self.inter_broker_security,
-            metrics=self.metrics,
-        )
-        topic_configs.add_listener(self.replica_manager.update_log_config)
+        await self._recover_logs(cluster_id, topic_configs)
+        replica_manager = self._replica_manager(topic_configs)
         metadata = MetadataCache(cluster_id)
         self.controller = Controller(
             zk,
@@ -212,26 +178,19 @@ class Broker:
             ),
             liveness_factory=self._liveness_factory(),
         )
-        self.credentials = credentials = CredentialCache(zk)
-        await credentials.start()
-        self.quotas = ClientQuotas(quota_settings(cfg))
-        self.quota_configs = QuotaConfigFollower(zk, self.quotas)
-        await self.quota_configs.start()
-        self.authorizer = self._authorizer(zk)
-        if self.authorizer is not None:
-            await self.authorizer.start()
+        credentials = await self._start_access_control(zk)
         producer_ids = ProducerIdManager(lambda: zk.allocate_producer_id_block(self.broker_id))
         self.group_coordinator = GroupCoordinator(
-            cfg, self.clock, self.broker_id, metadata, self.replica_manager, self.controller
+            cfg, self.clock, self.broker_id, metadata, replica_manager, self.controller
         )
-        self.replica_manager.role_listeners.append(self.group_coordinator.on_role_change)
+        replica_manager.role_listeners.append(self.group_coordinator.on_role_change)
         txn_coordinator = self._transactions(metadata, producer_ids)
         services = BrokerServices(
             broker_id=self.broker_id,
             config=cfg,
             clock=self.clock,
             metadata=metadata,
-            replica_manager=self.replica_manager,
+            replica_manager=replica_manager,
             controller=self.controller,
             topic_configs=topic_configs,
             producer_ids=producer_ids,
@@ -249,6 +208,91 @@ class Broker:
         self.controller.set_local_handler(dispatcher.handle_local)
         assert self.broker_pool is not None
         self.broker_pool.set_local_handler(dispatcher.handle_local)
+        await self._start_listeners(dispatcher, listener_security, credentials)
+        replica_manager.start()
+        self.group_coordinator.start()
+        txn_coordinator.start()
+        await self._register(zk)
+        await topic_configs.start()
+        await self.controller.startup()
+        self._start_periodic_tasks()
+        self._forget_deleted_topics_metrics()
+        self.state = BrokerState.RUNNING
+        log.info("broker %d started (cluster %s)", self.broker_id, cluster_id)
+
+    async def _join_zookeeper(self) -> tuple[ZkClient, str]:
+        """Connect to ZooKeeper; return the client and the cluster id (created if none),
+        this broker's id generated if not configured."""
+        cfg = self.config
+        self.zk = zk = ZkClient(
+            cfg["zookeeper.connect"],
+            session_timeout_ms=cfg["zookeeper.session.timeout.ms"],
+            connection_timeout_ms=cfg["zookeeper.connection.timeout.ms"],
+        )
+        await zk.start()
+        await zk.ensure_persistent_paths()
+        cluster_id = await zk.get_or_create_cluster_id()
+        if self.broker_id < 0:
+            if not cfg["broker.id.generation.enable"]:
+                raise SystemExit("broker.id is not set and broker.id.generation.enable=false")
+            self.broker_id = await zk.generate_broker_id(cfg["reserved.broker.max.id"])
+        return zk, cluster_id
+
+    async def _recover_logs(self, cluster_id: str, topic_configs: TopicConfigManager) -> None:
+        """Open (and recover) the log directories, delete stray logs, start the cleaner."""
+        cfg = self.config
+        self.state = BrokerState.RECOVERY
+        self.log_manager = LogManager(
+            cfg.log_dirs,
+            cfg.default_log_config(),
+            clock=self.clock,
+            broker_id=self.broker_id,
+            cluster_id=cluster_id,
+            failure_channel=self.log_dir_failures,
+        )
+        await asyncio.to_thread(self.log_manager.startup, topic_configs.log_config_for)
+        self.state = BrokerState.STARTING
+        await self._delete_stray_logs()
+        self._start_log_cleaner(topic_configs)
+
+    def _replica_manager(self, topic_configs: TopicConfigManager) -> ReplicaManager:
+        """The replica manager (following topic config changes)."""
+        assert self.log_manager is not None
+        self.replica_manager = replica_manager = ReplicaManager(
+            self.config,
+            self.log_manager,
+            clock=self.clock,
+            broker_id=self.broker_id,
+            alter_isr=self._alter_isr,
+            log_dir_event=self._propagate_log_dir_event,
+            on_all_log_dirs_offline=self._halt,
+            inter_broker_security=self.inter_broker_security,
+            metrics=self.metrics,
+        )
+        topic_configs.add_listener(replica_manager.update_log_config)
+        return replica_manager
+
+    async def _start_access_control(self, zk: ZkClient) -> CredentialCache:
+        """Start the SCRAM credentials, the client quotas and the ACL authorizer (if any),
+        following ZooKeeper; return the credentials."""
+        self.credentials = credentials = CredentialCache(zk)
+        await credentials.start()
+        self.quotas = ClientQuotas(quota_settings(self.config))
+        self.quota_configs = QuotaConfigFollower(zk, self.quotas)
+        await self.quota_configs.start()
+        self.authorizer = self._authorizer(zk)
+        if self.authorizer is not None:
+            await self.authorizer.start()
+        return credentials
+
+    async def _start_listeners(
+        self,
+        dispatcher: Dispatcher,
+        listener_security: dict[str, ListenerSecurity],
+        credentials: CredentialCache,
+    ) -> None:
+        """Open a socket server on every listener."""
+        cfg = self.config
         for listener in cfg.listeners:
             security = listener_security[listener.name]
             server = SocketServer(
@@ -264,9 +308,10 @@ class Broker:
             )
             await server.start()
             self.servers.append(server)
-        self.replica_manager.start()
-        self.group_coordinator.start()
-        txn_coordinator.start()
+
+    async def _register(self, zk: ZkClient) -> None:
+        """Register this broker (its advertised listeners and rack) in ZooKeeper."""
+        cfg = self.config
         await zk.register_broker(
             znodes.BrokerIdZNode.create(
                 self.broker_id,
@@ -280,12 +325,6 @@ class Broker:
             # expires; wait that long before refusing a duplicate id
             wait_s=cfg["zookeeper.session.timeout.ms"] / 1000.0 + 2.0,
         )
-        await topic_configs.start()
-        await self.controller.startup()
-        self._start_periodic_tasks()
-        self._forget_deleted_topics_metrics()
-        self.state = BrokerState.RUNNING
-        log.info("broker %d started (cluster %s)", self.broker_id, cluster_id)
 
     def _forget_deleted_topics_metrics(self) -> None:
         """A topic none of whose partitions is hosted here any more loses its per-topic
@@ -530,6 +569,16 @@ class Broker:
             except Exception:
                 log.exception("controlled shutdown failed; shutting down anyway")
         self.state = BrokerState.SHUTTING_DOWN
+        await self._stop_serving()
+        await self._stop_state()
+        self.state = BrokerState.NOT_RUNNING
+        if self.metrics_endpoint is not None:
+            await self.metrics_endpoint.stop()
+        log.info("broker %d stopped", self.broker_id)
+
+    async def _stop_serving(self) -> None:
+        """Stop the listeners, the periodic tasks, the coordinators, the inter-broker pools,
+        the log cleaner, the replica manager and the controller."""
         for server in self.servers:
             await server.stop()
         for task in self._tasks:
@@ -550,6 +599,10 @@ class Broker:
             await self.replica_manager.shutdown()
         if self.controller is not None:
             await self.controller.shutdown()
+
+    async def _stop_state(self) -> None:
+        """Stop following ZooKeeper (topic configs, credentials, quotas, ACLs), checkpoint the
+        high watermarks, close the logs and the ZooKeeper session."""
         if self.topic_configs is not None:
             await self.topic_configs.stop()
         if self.credentials is not None:
@@ -564,10 +617,6 @@ class Broker:
             self.log_manager.shutdown()
         if self.zk is not None:
             await self.zk.close()
-        self.state = BrokerState.NOT_RUNNING
-        if self.metrics_endpoint is not None:
-            await self.metrics_endpoint.stop()
-        log.info("broker %d stopped", self.broker_id)
 
     async def _controlled_shutdown(self) -> None:
         """Ask the controller to move leadership away before stopping (Kafka's

@@ -244,44 +244,7 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
                 raise KafkaError("", refusal)  # Kafka: ApiError(error, null), no message
             _check_topic_resource(ctx, res)
             if incremental:
-                new = dict(topic_configs.overrides(res.resource_name))
-                for c in res.configs:
-                    op = int(c.config_operation)
-                    if c.name not in TOPIC_CONFIGS:
-                        raise KafkaError(f"unknown topic config {c.name}", ErrorCode.invalid_config)
-                    if op == OP_SET:
-                        if c.value is None:
-                            raise KafkaError(f"null value for {c.name}", ErrorCode.invalid_config)
-                        new[c.name] = c.value
-                    elif op == OP_DELETE:
-                        new.pop(c.name, None)
-                    elif op in (OP_APPEND, OP_SUBTRACT):
-                        if TOPIC_CONFIGS[c.name].type.name != "LIST":
-                            raise KafkaError(
-                                f"{c.name} is not a list config", ErrorCode.invalid_config
-                            )
-                        current = [
-                            x
-                            for x in new.get(
-                                c.name,
-                                format_config_value(
-                                    topic_configs.log_config_for(res.resource_name, new).value_of(
-                                        c.name
-                                    )
-                                ),
-                            ).split(",")
-                            if x
-                        ]
-                        items = [x for x in (c.value or "").split(",") if x]
-                        if op == OP_APPEND:
-                            current += [x for x in items if x not in current]
-                        else:
-                            current = [x for x in current if x not in items]
-                        new[c.name] = ",".join(current)
-                    else:
-                        raise KafkaError(
-                            f"unknown config operation {op}", ErrorCode.invalid_request
-                        )
+                new = _incremental_overrides(ctx, res)
             else:
                 new = {c.name: c.value for c in res.configs if c.value is not None}
             await topic_configs.set_overrides(
@@ -307,6 +270,51 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
                 )
             )
     return registry.build(cls, throttle_time=datetime.timedelta(0), responses=tuple(out))
+
+
+def _incremental_overrides(ctx: RequestContext, res: Any) -> dict[str, str]:
+    """The topic's overrides after applying an IncrementalAlterConfigs resource's operations."""
+    topic_configs = ctx.services.topic_configs
+    new = dict(topic_configs.overrides(res.resource_name))
+    for c in res.configs:
+        op = int(c.config_operation)
+        if c.name not in TOPIC_CONFIGS:
+            raise KafkaError(f"unknown topic config {c.name}", ErrorCode.invalid_config)
+        if op == OP_SET:
+            if c.value is None:
+                raise KafkaError(f"null value for {c.name}", ErrorCode.invalid_config)
+            new[c.name] = c.value
+        elif op == OP_DELETE:
+            new.pop(c.name, None)
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            new[c.name] = _list_operation(ctx, res.resource_name, new, c.name, op, c.value)
+        else:
+            raise KafkaError(f"unknown config operation {op}", ErrorCode.invalid_request)
+    return new
+
+
+def _list_operation(
+    ctx: RequestContext,
+    topic: str,
+    new: dict[str, str],
+    name: str,
+    op: int,
+    value: str | None,
+) -> str:
+    """A list config's value after APPEND or SUBTRACT of ``value``'s items."""
+    if TOPIC_CONFIGS[name].type.name != "LIST":
+        raise KafkaError(f"{name} is not a list config", ErrorCode.invalid_config)
+    current_value = new.get(
+        name,
+        format_config_value(ctx.services.topic_configs.log_config_for(topic, new).value_of(name)),
+    )
+    current = [x for x in current_value.split(",") if x]
+    items = [x for x in (value or "").split(",") if x]
+    if op == OP_APPEND:
+        current += [x for x in items if x not in current]
+    else:
+        current = [x for x in current if x not in items]
+    return ",".join(current)
 
 
 async def handle_alter_configs(

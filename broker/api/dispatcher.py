@@ -249,12 +249,7 @@ class Dispatcher:
         route = _route(api_key, version)
         if route is None:
             return self._unsupported(header.correlation_id, api_key, version)
-        try:
-            if route.flexible_request:
-                pos = skip_tagged_fields(frame, pos)
-            request = route.decode(version, frame, pos)
-        except Exception as exc:
-            raise CloseConnection(f"malformed {route.name} v{version} request: {exc}") from exc
+        request = _decode(route, version, frame, pos)
         ctx = RequestContext(header, conn, self.services)
         metrics = self.services.metrics
         started = self.services.clock.monotonic() if metrics.enabled else 0.0
@@ -267,16 +262,7 @@ class Dispatcher:
             # started eagerly, outside any task, but must run in one: a bare yield, and the
             # network layer continues it in a task (already in a task: nothing to do)
             await asyncio.sleep(0)
-        try:
-            if ctx.quota is None:
-                result = await route.handler(ctx, request)
-            else:
-                result = await ctx.quota.timed(route.handler(ctx, request))
-        except CloseConnection:
-            raise
-        except Exception as exc:
-            log.exception("handler for %s v%d failed", route.name, version)
-            raise CloseConnection(f"internal error: {exc}") from exc
+        result = await _run(ctx, route, request)
         if metrics.enabled:
             self._record(metrics, route, api_key, version, request, started)
         if ctx.quota is not None and not ctx.quota.recorded:
@@ -285,14 +271,7 @@ class Dispatcher:
                 result = _with_throttle(result, api_key, version, throttle_ms)
         if result is None:
             return None
-        hdr = response_header(header.correlation_id, route.flexible_response)
-        if isinstance(result, Response):
-            chunks = result.chunks
-            if len(chunks) == 1 and isinstance(chunks[0], bytes):
-                return Response([hdr + chunks[0]], len(hdr) + result.size)
-            return Response([hdr, *chunks], len(hdr) + result.size)
-        body = _encode(result, api_key, version)
-        return Response([hdr + body], len(hdr) + len(body))
+        return _framed(header.correlation_id, route, result, api_key, version)
 
     def _record(
         self, metrics: Recorder, route: _Route, api_key: int, version: int, request: Any, t0: float
@@ -325,6 +304,45 @@ class Dispatcher:
                     hdr = response_header(correlation_id, bool(cls.__flexible__))
                     return Response([hdr + body], len(hdr) + len(body))
         raise CloseConnection(f"unsupported API {api_key} v{version}")
+
+
+def _decode(route: _Route, version: int, frame: bytes | bytearray, pos: int) -> Any:
+    """The request body after the header at ``pos`` (a malformed one closes the
+    connection)."""
+    try:
+        if route.flexible_request:
+            pos = skip_tagged_fields(frame, pos)
+        return route.decode(version, frame, pos)
+    except Exception as exc:
+        raise CloseConnection(f"malformed {route.name} v{version} request: {exc}") from exc
+
+
+async def _run(ctx: RequestContext, route: _Route, request: Any) -> Any:
+    """The handler's result (timed against the quota when there is one); a handler's failure
+    closes the connection."""
+    try:
+        if ctx.quota is None:
+            return await route.handler(ctx, request)
+        return await ctx.quota.timed(route.handler(ctx, request))
+    except CloseConnection:
+        raise
+    except Exception as exc:
+        log.exception("handler for %s v%d failed", route.name, ctx.header.api_version)
+        raise CloseConnection(f"internal error: {exc}") from exc
+
+
+def _framed(
+    correlation_id: int, route: _Route, result: Any, api_key: int, version: int
+) -> Response:
+    """The response frame: the response header, then the (encoded) result."""
+    hdr = response_header(correlation_id, route.flexible_response)
+    if isinstance(result, Response):
+        chunks = result.chunks
+        if len(chunks) == 1 and isinstance(chunks[0], bytes):
+            return Response([hdr + chunks[0]], len(hdr) + result.size)
+        return Response([hdr, *chunks], len(hdr) + result.size)
+    body = _encode(result, api_key, version)
+    return Response([hdr + body], len(hdr) + len(body))
 
 
 def _quota_usage(

@@ -55,54 +55,15 @@ if TYPE_CHECKING:
 async def handle(ctx: RequestContext, request: messages.FetchRequest) -> Response:
     version = ctx.version
     ids = _TopicIds(ctx) if version >= TOPIC_ID_VERSION else None
-    wanted: list[FetchRequestPartition] = []
-    unknown: list[FetchPartitionData] = []
-    topics: tuple[Any, ...] = request.topics  # v4-v12 by name, v13+ by id
-    for topic in topics:
-        name = str(topic.topic) if ids is None else ids.name_of(topic.topic_id)
-        if name is None:  # an id this broker does not know: UNKNOWN_TOPIC_ID, echoing it
-            unknown += [
-                FetchPartitionData(
-                    "", int(p.partition), ErrorCode.unknown_topic_id, topic_id=topic.topic_id
-                )
-                for p in topic.partitions
-            ]
-            continue
-        for p in topic.partitions:
-            wanted.append(
-                FetchRequestPartition(
-                    TopicPartition(name, int(p.partition)),
-                    int(p.fetch_offset),
-                    int(p.partition_max_bytes),
-                    int(getattr(p, "current_leader_epoch", -1)),
-                    int(getattr(p, "last_fetched_epoch", -1)),
-                )
-            )
+    wanted, unknown = _wanted_partitions(request.topics, ids)
     replica_id = replica_id_of(request, version)
     if version >= 7:
-        forgotten: list[TopicPartition] = []
-        for t in getattr(request, "forgotten_topics_data", ()):
-            forgotten_name = str(t.topic) if ids is None else ids.name_of(t.topic_id)
-            if forgotten_name is not None:
-                forgotten += [TopicPartition(forgotten_name, int(p)) for p in t.partitions]
-        context = ctx.services.replica_manager.fetch_sessions.new_context(
-            int(getattr(request, "session_id", 0)),
-            int(getattr(request, "session_epoch", -1)),
-            wanted,
-            forgotten,
-            privileged=replica_id >= 0,
-            now_ms=ctx.services.clock.time_ms(),
-        )
+        context = _session_context(ctx, request, ids, wanted, replica_id)
         if context.error != ErrorCode.none:
             return encode_fetch_response(version, [], error=context.error)
     else:
         context = FetchContext(wanted)
-    max_bytes = int(getattr(request, "max_bytes", 2**31 - 1))
-    max_bytes = min(max_bytes, ctx.services.config["fetch.max.bytes"]) if max_bytes > 0 else 0
-    if ctx.quota is not None:  # a consumer under a quota: at most one quota window's worth
-        window_bytes = ctx.quota.fetch_window_bytes()
-        if window_bytes is not None:
-            max_bytes = min(max_bytes, window_bytes)
+    max_bytes = _max_bytes(ctx, request)
     read_committed = (
         replica_id < 0 and int(getattr(request, "isolation_level", 0)) == READ_COMMITTED
     )
@@ -157,6 +118,72 @@ async def handle(ctx: RequestContext, request: messages.FetchRequest) -> Respons
         ],
         session_id=context.session_id,
     )
+
+
+def _wanted_partitions(
+    topics: tuple[Any, ...], ids: _TopicIds | None
+) -> tuple[list[FetchRequestPartition], list[FetchPartitionData]]:
+    """The partitions asked for (v4-v12 by topic name, v13+ by id), and the answers to those
+    of a topic id this broker does not know (UNKNOWN_TOPIC_ID, echoing the id)."""
+    wanted: list[FetchRequestPartition] = []
+    unknown: list[FetchPartitionData] = []
+    for topic in topics:
+        name = str(topic.topic) if ids is None else ids.name_of(topic.topic_id)
+        if name is None:
+            unknown += [
+                FetchPartitionData(
+                    "", int(p.partition), ErrorCode.unknown_topic_id, topic_id=topic.topic_id
+                )
+                for p in topic.partitions
+            ]
+            continue
+        for p in topic.partitions:
+            wanted.append(
+                FetchRequestPartition(
+                    TopicPartition(name, int(p.partition)),
+                    int(p.fetch_offset),
+                    int(p.partition_max_bytes),
+                    int(getattr(p, "current_leader_epoch", -1)),
+                    int(getattr(p, "last_fetched_epoch", -1)),
+                )
+            )
+    return wanted, unknown
+
+
+def _session_context(
+    ctx: RequestContext,
+    request: Any,
+    ids: _TopicIds | None,
+    wanted: list[FetchRequestPartition],
+    replica_id: int,
+) -> FetchContext:
+    """The v7+ request's fetch-session context (its ``error`` set when the session is
+    refused)."""
+    forgotten: list[TopicPartition] = []
+    for t in getattr(request, "forgotten_topics_data", ()):
+        forgotten_name = str(t.topic) if ids is None else ids.name_of(t.topic_id)
+        if forgotten_name is not None:
+            forgotten += [TopicPartition(forgotten_name, int(p)) for p in t.partitions]
+    return ctx.services.replica_manager.fetch_sessions.new_context(
+        int(getattr(request, "session_id", 0)),
+        int(getattr(request, "session_epoch", -1)),
+        wanted,
+        forgotten,
+        privileged=replica_id >= 0,
+        now_ms=ctx.services.clock.time_ms(),
+    )
+
+
+def _max_bytes(ctx: RequestContext, request: Any) -> int:
+    """The response's byte limit: the request's, capped by ``fetch.max.bytes`` and, for a
+    consumer under a quota, by one quota window's worth."""
+    max_bytes = int(getattr(request, "max_bytes", 2**31 - 1))
+    max_bytes = min(max_bytes, ctx.services.config["fetch.max.bytes"]) if max_bytes > 0 else 0
+    if ctx.quota is not None:
+        window_bytes = ctx.quota.fetch_window_bytes()
+        if window_bytes is not None:
+            max_bytes = min(max_bytes, window_bytes)
+    return max_bytes
 
 
 TOPIC_ID_VERSION = 13

@@ -58,22 +58,21 @@ async def lookup(
     if refusal is not None:
         return refusal, error_message(refusal), *NO_NODE
     if key_type == GROUP:
-        error, node_id, host, port = await ctx.services.group_coordinator.find_coordinator(key)
-        if error is ErrorCode.none:
-            return error, None, node_id, *_on_listener(ctx, node_id, host, port)
-        return (error, _message(error), *NO_NODE)
-    if key_type == TRANSACTION:
+        found = await ctx.services.group_coordinator.find_coordinator(key)
+    elif key_type == TRANSACTION:
         if not key:
             return ErrorCode.invalid_request, "the transactional id is empty", *NO_NODE
-        error, node_id, host, port = await ctx.services.txn_coordinator.find_coordinator(key)
-        if error is ErrorCode.none:
-            return error, None, node_id, *_on_listener(ctx, node_id, host, port)
-        return (error, _message(error), *NO_NODE)
-    return (
-        ErrorCode.invalid_request,
-        f"unknown coordinator key type {key_type} (0 = group, 1 = transaction)",
-        *NO_NODE,
-    )
+        found = await ctx.services.txn_coordinator.find_coordinator(key)
+    else:
+        return (
+            ErrorCode.invalid_request,
+            f"unknown coordinator key type {key_type} (0 = group, 1 = transaction)",
+            *NO_NODE,
+        )
+    error, node_id, host, port = found
+    if error is ErrorCode.none:
+        return error, None, node_id, *_on_listener(ctx, node_id, host, port)
+    return (error, _message(error), *NO_NODE)
 
 
 def _refusal(ctx: RequestContext, key: str, key_type: int) -> ErrorCode | None:

@@ -24,7 +24,8 @@ operations the principal may perform (every supported one without an authorizer)
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from broker.api.authorization import OPERATIONS_OMITTED, authorized_operations, denied
 from broker.api.context import RequestContext
@@ -45,137 +46,22 @@ INITIAL_METADATA_WAIT_S = 5.0
 async def handle(
     ctx: RequestContext, request: messages.MetadataRequest
 ) -> messages.MetadataResponse:
-    services = ctx.services
-    cache = services.metadata
-    version = ctx.version
-    cls = registry.response_class(ApiKey.METADATA, version)
+    cache = ctx.services.metadata
+    cls = registry.response_class(ApiKey.METADATA, ctx.version)
     broker_cls = registry.nested(cls, "MetadataResponseBroker")
-    topic_cls = registry.nested(cls, "MetadataResponseTopic")
-    part_cls = registry.nested(cls, "MetadataResponsePartition")
 
     known = await cache.wait_initialized(INITIAL_METADATA_WAIT_S)
-    requested = request.topics
-    all_topics = requested is None or (version == 0 and len(requested) == 0)
-    errors: dict[str, ErrorCode] = {}
-    names: list[str] = []
-    refused: dict[str, object] = {}  # asked for, not to be described: name -> the id asked by
-    no_create: frozenset[str] = frozenset()  # to auto-create, but not allowed to
-    if all_topics or requested is None:
-        names = [t.name for t in cache.topics()]
-        hidden = denied(ctx, Operation.DESCRIBE, ResourceType.TOPIC, names)
-        names = [n for n in names if n not in hidden]
-    else:
-        by_id_asked: dict[str, object] = {}
-        for t in requested:
-            name: str | None = t.name
-            topic_id = getattr(t, "topic_id", None)
-            if name is None and topic_id is not None:
-                by_id = cache.topic_by_id(topic_id)
-                name = by_id.name if by_id else None
-                if name is not None:
-                    by_id_asked[str(name)] = topic_id
-            if name is not None:
-                names.append(str(name))
-        hidden = denied(ctx, Operation.DESCRIBE, ResourceType.TOPIC, names)
-        refused = {n: by_id_asked.get(n) for n in names if n in hidden}
-        allow_auto = getattr(request, "allow_auto_topic_creation", True)
-        missing = [n for n in names if n not in refused and cache.topic(n) is None]
-        if missing and known and allow_auto and services.config["auto.create.topics.enable"]:
-            if not ctx.authorize_cluster(Operation.CREATE):
-                no_create = denied(ctx, Operation.CREATE, ResourceType.TOPIC, missing)
-                missing = [n for n in missing if n not in no_create]
-            for name in missing:
-                try:
-                    validate_topic_name(name)
-                    if services.controller.is_active:
-                        await services.controller.create_topic(
-                            name,
-                            num_partitions=services.config["num.partitions"],
-                            replication_factor=min(
-                                services.config["default.replication.factor"],
-                                max(len(cache.brokers()), 1),
-                            ),
-                        )
-                    else:
-                        # as ZooKeeper-mode Kafka: write the znodes; the controller brings
-                        # the partitions online and the client retries meanwhile
-                        await services.controller.auto_create_topic(
-                            name,
-                            services.config["num.partitions"],
-                            services.config["default.replication.factor"],
-                        )
-                        errors[name] = ErrorCode.leader_not_available
-                except KafkaError as exc:
-                    if exc.code != ErrorCode.topic_already_exists:
-                        errors[name] = exc.code
+    asked = _resolve_topics(ctx, request)
+    if asked.missing and known and getattr(request, "allow_auto_topic_creation", True):
+        await _auto_create(ctx, asked)
 
-    with_operations = version >= 8 and bool(
+    with_operations = ctx.version >= 8 and bool(
         getattr(request, "include_topic_authorized_operations", False)
     )
-    topics = []
-    for topic_name in names:
-        if topic_name in refused or topic_name in no_create:
-            topics.append(
-                registry.build(
-                    topic_cls,
-                    error_code=ErrorCode.topic_authorization_failed,
-                    # asked by id: the id is no secret, the name is (Kafka answers no name)
-                    name=None if refused.get(topic_name) is not None else topic_name,
-                    topic_id=refused.get(topic_name),
-                    is_internal=topic_name in no_create and topic_name in INTERNAL_TOPICS,
-                    partitions=(),
-                    topic_authorized_operations=OPERATIONS_OMITTED,
-                )
-            )
-            continue
-        operations = (
-            authorized_operations(ctx, ResourceType.TOPIC, topic_name)
-            if with_operations
-            else OPERATIONS_OMITTED
-        )
-        info: TopicInfo | None = cache.topic(topic_name)
-        if info is None:
-            topics.append(
-                registry.build(
-                    topic_cls,
-                    error_code=errors.get(
-                        topic_name,
-                        ErrorCode.unknown_topic_or_partition
-                        if known
-                        else ErrorCode.leader_not_available,
-                    ),
-                    name=topic_name,
-                    topic_id=None,
-                    is_internal=False,
-                    partitions=(),
-                    topic_authorized_operations=operations,
-                )
-            )
-            continue
-        partitions = tuple(
-            registry.build(
-                part_cls,
-                error_code=ErrorCode.none if p.leader >= 0 else ErrorCode.leader_not_available,
-                partition_index=p.partition,
-                leader_id=p.leader,
-                leader_epoch=p.leader_epoch,
-                replica_nodes=p.replicas,
-                isr_nodes=p.isr,
-                offline_replicas=p.offline_replicas,
-            )
-            for p in sorted(info.partitions.values(), key=lambda p: p.partition)
-        )
-        topics.append(
-            registry.build(
-                topic_cls,
-                error_code=errors.get(topic_name, ErrorCode.none),
-                name=topic_name,
-                topic_id=info.topic_id,
-                is_internal=info.internal,
-                partitions=partitions,
-                topic_authorized_operations=operations,
-            )
-        )
+    topics = tuple(
+        _describe_topic(ctx, cls, name, asked, known=known, with_operations=with_operations)
+        for name in asked.names
+    )
     brokers = tuple(
         registry.build(broker_cls, node_id=b.id, host=host, port=port, rack=b.rack)
         for b in cache.brokers()
@@ -187,8 +73,152 @@ async def handle(
         brokers=brokers,
         cluster_id=cache.cluster_id,
         controller_id=cache.controller_id,
-        topics=tuple(topics),
+        topics=topics,
         cluster_authorized_operations=_cluster_operations(ctx, request),
+    )
+
+
+@dataclass
+class _AskedTopics:
+    """The topics a Metadata request is to answer, and what is known of each so far."""
+
+    names: list[str]
+    # asked for, not to be described: name -> the id asked by (None if asked by name)
+    refused: dict[str, object] = field(default_factory=dict)
+    # named, describable, and not in the cache: candidates for auto-creation
+    missing: list[str] = field(default_factory=list)
+    # to auto-create, but not allowed to
+    no_create: frozenset[str] = frozenset()
+    # errors of auto-creation, by topic name
+    errors: dict[str, ErrorCode] = field(default_factory=dict)
+
+
+def _resolve_topics(ctx: RequestContext, request: messages.MetadataRequest) -> _AskedTopics:
+    """The names to answer (topics asked by id resolved by the cache), leaving out, when all
+    topics are asked for, those the principal may not describe."""
+    cache = ctx.services.metadata
+    requested = request.topics
+    if requested is None or (ctx.version == 0 and len(requested) == 0):
+        names = [t.name for t in cache.topics()]
+        hidden = denied(ctx, Operation.DESCRIBE, ResourceType.TOPIC, names)
+        return _AskedTopics(names=[n for n in names if n not in hidden])
+    names = []
+    by_id_asked: dict[str, object] = {}
+    for t in requested:
+        name: str | None = t.name
+        topic_id = getattr(t, "topic_id", None)
+        if name is None and topic_id is not None:
+            by_id = cache.topic_by_id(topic_id)
+            name = by_id.name if by_id else None
+            if name is not None:
+                by_id_asked[str(name)] = topic_id
+        if name is not None:
+            names.append(str(name))
+    hidden = denied(ctx, Operation.DESCRIBE, ResourceType.TOPIC, names)
+    refused = {n: by_id_asked.get(n) for n in names if n in hidden}
+    missing = [n for n in names if n not in refused and cache.topic(n) is None]
+    return _AskedTopics(names=names, refused=refused, missing=missing)
+
+
+async def _auto_create(ctx: RequestContext, asked: _AskedTopics) -> None:
+    """Create the missing topics (if ``auto.create.topics.enable``) the principal may create,
+    recording in ``asked`` those it may not and the errors of the others."""
+    services = ctx.services
+    if not services.config["auto.create.topics.enable"]:
+        return
+    missing = asked.missing
+    if not ctx.authorize_cluster(Operation.CREATE):
+        asked.no_create = denied(ctx, Operation.CREATE, ResourceType.TOPIC, missing)
+        missing = [n for n in missing if n not in asked.no_create]
+    for name in missing:
+        try:
+            validate_topic_name(name)
+            if services.controller.is_active:
+                await services.controller.create_topic(
+                    name,
+                    num_partitions=services.config["num.partitions"],
+                    replication_factor=min(
+                        services.config["default.replication.factor"],
+                        max(len(services.metadata.brokers()), 1),
+                    ),
+                )
+            else:
+                # as ZooKeeper-mode Kafka: write the znodes; the controller brings
+                # the partitions online and the client retries meanwhile
+                await services.controller.auto_create_topic(
+                    name,
+                    services.config["num.partitions"],
+                    services.config["default.replication.factor"],
+                )
+                asked.errors[name] = ErrorCode.leader_not_available
+        except KafkaError as exc:
+            if exc.code != ErrorCode.topic_already_exists:
+                asked.errors[name] = exc.code
+
+
+def _describe_topic(
+    ctx: RequestContext,
+    cls: type[Any],
+    topic_name: str,
+    asked: _AskedTopics,
+    *,
+    known: bool,
+    with_operations: bool,
+) -> object:
+    """One ``MetadataResponseTopic``: refused, unknown, or with its partitions."""
+    topic_cls = registry.nested(cls, "MetadataResponseTopic")
+    if topic_name in asked.refused or topic_name in asked.no_create:
+        return registry.build(
+            topic_cls,
+            error_code=ErrorCode.topic_authorization_failed,
+            # asked by id: the id is no secret, the name is (Kafka answers no name)
+            name=None if asked.refused.get(topic_name) is not None else topic_name,
+            topic_id=asked.refused.get(topic_name),
+            is_internal=topic_name in asked.no_create and topic_name in INTERNAL_TOPICS,
+            partitions=(),
+            topic_authorized_operations=OPERATIONS_OMITTED,
+        )
+    operations = (
+        authorized_operations(ctx, ResourceType.TOPIC, topic_name)
+        if with_operations
+        else OPERATIONS_OMITTED
+    )
+    info: TopicInfo | None = ctx.services.metadata.topic(topic_name)
+    if info is None:
+        return registry.build(
+            topic_cls,
+            error_code=asked.errors.get(
+                topic_name,
+                ErrorCode.unknown_topic_or_partition if known else ErrorCode.leader_not_available,
+            ),
+            name=topic_name,
+            topic_id=None,
+            is_internal=False,
+            partitions=(),
+            topic_authorized_operations=operations,
+        )
+    part_cls = registry.nested(cls, "MetadataResponsePartition")
+    partitions = tuple(
+        registry.build(
+            part_cls,
+            error_code=ErrorCode.none if p.leader >= 0 else ErrorCode.leader_not_available,
+            partition_index=p.partition,
+            leader_id=p.leader,
+            leader_epoch=p.leader_epoch,
+            replica_nodes=p.replicas,
+            isr_nodes=p.isr,
+            offline_replicas=p.offline_replicas,
+        )
+        for p in sorted(info.partitions.values(), key=lambda p: p.partition)
+    )
+    return registry.build(
+        topic_cls,
+        error_code=asked.errors.get(topic_name, ErrorCode.none),
+        name=topic_name,
+        topic_id=info.topic_id,
+        is_internal=info.internal,
+        partitions=partitions,
+        topic_authorized_operations=operations,
     )
 
 

@@ -191,6 +191,18 @@ def _entries(args: argparse.Namespace, operations: Iterable[str]) -> set[Entry]:
     return out
 
 
+_PRODUCER_OPERATIONS: dict[str, tuple[str, ...]] = {
+    TOPIC: ("WRITE", "DESCRIBE", "CREATE"),
+    TRANSACTIONAL_ID: ("WRITE", "DESCRIBE"),
+}
+"""``--producer``: the operations granted on each type of resource given."""
+_CONSUMER_OPERATIONS: dict[str, tuple[str, ...]] = {
+    TOPIC: ("READ", "DESCRIBE"),
+    GROUP: ("READ",),
+}
+"""``--consumer``: the operations granted on each type of resource given."""
+
+
 def requested_acls(args: argparse.Namespace) -> Acls:
     """Kafka's ``getResourceFilterToAcls``: the entries each resource gets (or loses)."""
     acls: Acls = {}
@@ -200,23 +212,23 @@ def requested_acls(args: argparse.Namespace) -> Acls:
         for pattern in resource_filters(args):
             acls[pattern] = set(entries)
     if args.producer:
-        filters = resource_filters(args)
-        for pattern in filters:
-            if pattern.resource_type == TOPIC:
-                acls[pattern] = _entries(args, ("WRITE", "DESCRIBE", "CREATE"))
-            elif pattern.resource_type == TRANSACTIONAL_ID:
-                acls[pattern] = _entries(args, ("WRITE", "DESCRIBE"))
+        for pattern in resource_filters(args):
+            ops = _PRODUCER_OPERATIONS.get(pattern.resource_type)
+            if ops is not None:
+                acls[pattern] = _entries(args, ops)
         if args.idempotent:
             acls[Pattern(CLUSTER, CLUSTER_NAME, LITERAL)] = _entries(args, ("IDEMPOTENT_WRITE",))
     if args.consumer:
         for pattern in resource_filters(args):
-            if pattern.resource_type == TOPIC:
-                ops: tuple[str, ...] = ("READ", "DESCRIBE")
-            elif pattern.resource_type == GROUP:
-                ops = ("READ",)
-            else:
-                continue
-            acls[pattern] = _entries(args, ops) | acls.get(pattern, set())
+            ops = _CONSUMER_OPERATIONS.get(pattern.resource_type)
+            if ops is not None:
+                acls[pattern] = _entries(args, ops) | acls.get(pattern, set())
+    _check_operations(acls)
+    return acls
+
+
+def _check_operations(acls: Acls) -> None:
+    """Refuse an operation the resource's type does not support."""
     for pattern, entries in acls.items():
         valid = (*SUPPORTED_OPERATIONS[pattern.resource_type], "ALL")
         if any(e.operation not in valid for e in entries):
@@ -224,11 +236,34 @@ def requested_acls(args: argparse.Namespace) -> Acls:
                 f"ResourceType {pattern.resource_type} only supports operations "
                 f"{', '.join(operation_name(op) for op in valid)}"
             )
-    return acls
 
 
 def check_options(args: argparse.Namespace) -> str | None:
     """Kafka's ``checkArgs``: the usage error of an option combination, or None."""
+    excluded = _excluded_option(args)
+    if excluded is not None:
+        return excluded
+    if args.principal and not args.list:
+        return "The --principal option is only available if --list is set"
+    if args.producer and not args.topic:
+        return "With --producer you must specify a --topic"
+    if args.idempotent and not args.producer:
+        return "The --idempotent option is only available if --producer is set"
+    if args.consumer and (
+        not args.topic
+        or not args.group
+        or (not args.producer and (args.cluster or args.transactional_id))
+    ):
+        return (
+            "With --consumer you must specify a --topic and a --group and no --cluster or "
+            "--transactional-id option should be specified."
+        )
+    return None
+
+
+def _excluded_option(args: argparse.Namespace) -> str | None:
+    """The usage error of an option given with ``--list``, or with ``--producer`` or
+    ``--consumer``, that they exclude; or None."""
     if args.list:
         for dest, option in (
             ("producer", "--producer"),
@@ -248,21 +283,6 @@ def check_options(args: argparse.Namespace) -> str | None:
         ):
             if getattr(args, dest):
                 return f"{option} cannot be used with --producer or --consumer"
-    if args.principal and not args.list:
-        return "The --principal option is only available if --list is set"
-    if args.producer and not args.topic:
-        return "With --producer you must specify a --topic"
-    if args.idempotent and not args.producer:
-        return "The --idempotent option is only available if --producer is set"
-    if args.consumer and (
-        not args.topic
-        or not args.group
-        or (not args.producer and (args.cluster or args.transactional_id))
-    ):
-        return (
-            "With --consumer you must specify a --topic and a --group and no --cluster or "
-            "--transactional-id option should be specified."
-        )
     return None
 
 

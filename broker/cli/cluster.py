@@ -445,50 +445,17 @@ def cluster_up(
     ``cluster.json``'s content. ``security`` (ssl, sasl_plaintext, sasl_ssl) secures the
     cluster (:mod:`broker.cli.cluster_security`). On failure everything started is stopped
     and :class:`ClusterError` raised."""
-    from broker.zk.embedded_server import port_is_free
-
     directory = Path(directory).absolute()
     overrides = dict(overrides or {})
     if brokers < 0:
         raise ClusterError("--brokers must be >= 0")
     nodes = plan_zookeepers(directory, zookeepers, zk_port, zk_peer_port, zk_election_port)
     directory.mkdir(parents=True, exist_ok=True)
-    if (directory / CLUSTER_FILE).exists():
-        try:
-            previous: dict[str, Any] | None = load_cluster(directory)
-        except ClusterError:
-            previous = None  # unreadable leftovers: overwritten below
-        running = _running_pids(previous) if previous is not None else []
-        if running:
-            raise ClusterError(
-                f"a cluster is already running in {directory} (pids {running}); "
-                f"run `millrace cluster down --dir {directory}` first"
-            )
-        before = len(zookeeper_nodes(previous)) if previous is not None else zookeepers
-        if before != zookeepers and previous is not None and previous.get("brokers"):
-            raise ClusterError(
-                f"--zookeepers {zookeepers}: the cluster in {directory} was created with "
-                f"--zookeepers {before}, whose data directories hold its metadata; use "
-                f"--zookeepers {before} or a new --dir"
-            )
+    _check_previous(directory, zookeepers)
     zk_connect = zookeeper_connect(nodes)
     _validate_overrides(overrides, zk_connect)
     ports = [base_port + i for i in range(brokers)]
-    wanted = [*_node_ports(nodes), *ports]
-    clash = sorted({p for p in wanted if wanted.count(p) > 1})
-    if clash:
-        raise ClusterError(
-            f"port(s) {clash} would be used twice (ZooKeeper client ports from --zk-port, "
-            "peer ports from --zk-peer-port, election ports from --zk-election-port, broker "
-            "ports from --base-port)"
-        )
-    busy = [p for p in wanted if not port_is_free(HOST, p)]
-    if busy:
-        raise ClusterError(f"port(s) {busy} on {HOST} already in use")
-    metrics_ports = plan_metrics_ports(overrides, brokers, taken=wanted)
-    busy = [m.port for m in metrics_ports if m is not None and not port_is_free(m.host, m.port)]
-    if busy:
-        raise ClusterError(f"{METRICS_PROPERTY} port(s) {busy} already in use")
+    metrics_ports = _check_ports(nodes, ports, overrides)
 
     secured = prepare_security(directory, security) if security else None
     started: list[int] = []
@@ -501,61 +468,27 @@ def cluster_up(
         ids = list(range(1, brokers + 1))
         if ids:
             wait_unregistered(zk_connect, ids, timeout, progress)
-        stale: dict[int, int | None] = {}
         procs: dict[int, subprocess.Popen[bytes]] = {}
         out_files: dict[int, Path] = {}
         entries: list[dict[str, Any]] = []
         for broker_id, port, metrics in zip(ids, ports, metrics_ports, strict=True):
             bdir = directory / f"broker-{broker_id}"
-            data_dir = bdir / "data"
-            config = bdir / "server.properties"
-            _write_server_properties(
-                config, broker_id, port, data_dir, zk_connect, overrides, secured, metrics
-            )
             out_files[broker_id] = bdir / "broker.out"
-            proc = spawn(broker_command(config), out_files[broker_id], bdir)
+            config = _broker_config(bdir, broker_id, port, zk_connect, overrides, secured, metrics)
+            procs[broker_id] = proc = spawn(broker_command(config), out_files[broker_id], bdir)
             started.append(proc.pid)
-            procs[broker_id] = proc
             say(progress, f"started broker {broker_id} on {HOST}:{port} (pid {proc.pid})")
-            entries.append(
-                {
-                    "id": broker_id,
-                    "host": HOST,
-                    "port": port,
-                    "pid": proc.pid,
-                    "log_dirs": _log_dirs_of(bdir, data_dir, overrides),
-                    "config": str(config),
-                    "out": str(out_files[broker_id]),
-                    "metrics_url": metrics.url if metrics is not None else None,
-                }
-            )
+            entries.append(_started_entry(bdir, broker_id, port, proc.pid, overrides, metrics))
         controller = None
         if procs:
-            controller = wait_registered(zk_connect, procs, stale, out_files, timeout, progress)[
+            controller = wait_registered(zk_connect, procs, {}, out_files, timeout, progress)[
                 "controller"
             ]
             say(progress, f"all {len(procs)} broker(s) registered; controller is {controller}")
-        cluster_id = zk_snapshot(zk_connect, [])["cluster_id"]
-        info: dict[str, Any] = {
-            "dir": str(directory),
-            "zookeeper": zk_connect,
-            "zookeeper_pid": nodes[0]["pid"],
-            "zk_port": nodes[0]["port"],
-            "zookeeper_data_dir": nodes[0]["data_dir"],
-            "zookeepers": nodes,
-            "bootstrap_servers": ",".join(f"{HOST}:{p}" for p in ports),
-            "base_port": base_port,
-            "set": overrides,
-            "cluster_id": cluster_id,
-            "controller": controller,
-            "state": "up",
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "brokers": entries,
-        }
+        info = _cluster_info(
+            directory, nodes, ports, base_port, overrides, controller, entries, secured
+        )
         if secured is not None:
-            info["security"] = secured.protocol
-            info["client_config"] = secured.client_config
-            info["client_properties"] = str(secured.client_properties)
             say(progress, describe_security(info))
         write_cluster(directory, info)
         return info
@@ -566,6 +499,127 @@ def cluster_up(
             with contextlib.suppress(ClusterError):
                 stop_pids([p.pid for p in zk_procs], 10, progress, "ZooKeeper")
         raise
+
+
+def _check_previous(directory: Path, zookeepers: int) -> None:
+    """Refuse to start over a cluster still running in ``directory``, or over one created
+    with another number of ZooKeeper nodes (their data directories hold its metadata)."""
+    if not (directory / CLUSTER_FILE).exists():
+        return
+    try:
+        previous: dict[str, Any] | None = load_cluster(directory)
+    except ClusterError:
+        previous = None  # unreadable leftovers: overwritten by cluster_up
+    running = _running_pids(previous) if previous is not None else []
+    if running:
+        raise ClusterError(
+            f"a cluster is already running in {directory} (pids {running}); "
+            f"run `millrace cluster down --dir {directory}` first"
+        )
+    before = len(zookeeper_nodes(previous)) if previous is not None else zookeepers
+    if before != zookeepers and previous is not None and previous.get("brokers"):
+        raise ClusterError(
+            f"--zookeepers {zookeepers}: the cluster in {directory} was created with "
+            f"--zookeepers {before}, whose data directories hold its metadata; use "
+            f"--zookeepers {before} or a new --dir"
+        )
+
+
+def _check_ports(
+    nodes: list[dict[str, Any]], ports: list[int], overrides: Mapping[str, str]
+) -> list[MetricsPort | None]:
+    """Refuse ports used twice or already in use; return each broker's metrics endpoint."""
+    from broker.zk.embedded_server import port_is_free
+
+    wanted = [*_node_ports(nodes), *ports]
+    clash = sorted({p for p in wanted if wanted.count(p) > 1})
+    if clash:
+        raise ClusterError(
+            f"port(s) {clash} would be used twice (ZooKeeper client ports from --zk-port, "
+            "peer ports from --zk-peer-port, election ports from --zk-election-port, broker "
+            "ports from --base-port)"
+        )
+    busy = [p for p in wanted if not port_is_free(HOST, p)]
+    if busy:
+        raise ClusterError(f"port(s) {busy} on {HOST} already in use")
+    metrics_ports = plan_metrics_ports(overrides, len(ports), taken=wanted)
+    busy = [m.port for m in metrics_ports if m is not None and not port_is_free(m.host, m.port)]
+    if busy:
+        raise ClusterError(f"{METRICS_PROPERTY} port(s) {busy} already in use")
+    return metrics_ports
+
+
+def _broker_config(
+    bdir: Path,
+    broker_id: int,
+    port: int,
+    zk_connect: str,
+    overrides: Mapping[str, str],
+    secured: ClusterSecurity | None,
+    metrics: MetricsPort | None,
+) -> Path:
+    """Write the broker's ``server.properties`` in ``bdir``; return its path."""
+    config = bdir / "server.properties"
+    _write_server_properties(
+        config, broker_id, port, bdir / "data", zk_connect, overrides, secured, metrics
+    )
+    return config
+
+
+def _started_entry(
+    bdir: Path,
+    broker_id: int,
+    port: int,
+    pid: int,
+    overrides: Mapping[str, str],
+    metrics: MetricsPort | None,
+) -> dict[str, Any]:
+    """A started broker's entry in ``cluster.json``."""
+    return {
+        "id": broker_id,
+        "host": HOST,
+        "port": port,
+        "pid": pid,
+        "log_dirs": _log_dirs_of(bdir, bdir / "data", overrides),
+        "config": str(bdir / "server.properties"),
+        "out": str(bdir / "broker.out"),
+        "metrics_url": metrics.url if metrics is not None else None,
+    }
+
+
+def _cluster_info(
+    directory: Path,
+    nodes: list[dict[str, Any]],
+    ports: list[int],
+    base_port: int,
+    overrides: dict[str, str],
+    controller: Any,
+    entries: list[dict[str, Any]],
+    secured: ClusterSecurity | None,
+) -> dict[str, Any]:
+    """``cluster.json``'s content for a cluster just started."""
+    zk_connect = zookeeper_connect(nodes)
+    info: dict[str, Any] = {
+        "dir": str(directory),
+        "zookeeper": zk_connect,
+        "zookeeper_pid": nodes[0]["pid"],
+        "zk_port": nodes[0]["port"],
+        "zookeeper_data_dir": nodes[0]["data_dir"],
+        "zookeepers": nodes,
+        "bootstrap_servers": ",".join(f"{HOST}:{p}" for p in ports),
+        "base_port": base_port,
+        "set": overrides,
+        "cluster_id": zk_snapshot(zk_connect, [])["cluster_id"],
+        "controller": controller,
+        "state": "up",
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "brokers": entries,
+    }
+    if secured is not None:
+        info["security"] = secured.protocol
+        info["client_config"] = secured.client_config
+        info["client_properties"] = str(secured.client_properties)
+    return info
 
 
 def cluster_down(

@@ -80,6 +80,21 @@ def pid_alive(pid: int | None) -> bool:
     """True if ``pid`` runs (not a zombie). Reaps it if it is our dead child."""
     if not pid or pid <= 0:
         return False
+    ours = _child_alive(pid)
+    if ours is not None:
+        return ours
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _is_zombie(pid)
+
+
+def _child_alive(pid: int) -> bool | None:
+    """Whether our child ``pid`` runs (a dead one reaped); None if it is not our child, or
+    still runs as one we did not start here."""
     child = _CHILDREN.get(pid)
     if child is not None:
         if child.poll() is None:
@@ -92,17 +107,16 @@ def pid_alive(pid: int | None) -> bool:
             return False  # our child, now reaped
     except ChildProcessError:
         pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    return None
+
+
+def _is_zombie(pid: int) -> bool:
+    """True if /proc shows ``pid`` a zombie or dead (no /proc: False, trusting kill(0))."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return True  # no /proc: trust kill(0)
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
 
 
 def is_ours(pid: int | None, markers: Sequence[str]) -> bool:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
@@ -53,7 +53,7 @@ from broker.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from confluent_kafka import KafkaError, Message
+    from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 _PROG_PRODUCE = "millrace produce"
 _PROG_CONSUME = "millrace consume"
@@ -175,15 +175,7 @@ def run_produce(args: argparse.Namespace) -> int:
 def _produce(args: argparse.Namespace, stream: IO[bytes]) -> int:
     from confluent_kafka import KafkaException
 
-    props = parse_key_values(args.property, "--property")
-    separator: bytes | None = None
-    if args.key_separator is not None:
-        if args.key_separator == "":
-            raise CliError("--key-separator must not be empty")
-        separator = _unescape(args.key_separator).encode()
-    elif _bool_property(props, "parse.key"):
-        separator = _unescape(props.get("key.separator", "\t")).encode()
-
+    separator = _key_separator(args, parse_key_values(args.property, "--property"))
     producer = create_producer(args)
     state = {"acked": 0, "failed": 0}
     errors: list[str] = []
@@ -203,20 +195,12 @@ def _produce(args: argparse.Namespace, stream: IO[bytes]) -> int:
         extra["partition"] = args.partition
     try:
         for lineno, raw in enumerate(stream, 1):
-            line = raw[:-1] if raw.endswith(b"\n") else raw
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            parts = split_key(line, separator)
+            parts = split_key(_without_line_end(raw), separator)
             if parts is None:
                 bad_line = lineno
                 break
             key, value = parts
-            while True:
-                try:
-                    producer.produce(args.topic, value, key, on_delivery=on_delivery, **extra)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
+            _send(producer, args.topic, key, value, on_delivery, extra)
             sent += 1
             producer.poll(0)
     except KafkaException as exc:
@@ -239,6 +223,41 @@ def _produce(args: argparse.Namespace, stream: IO[bytes]) -> int:
         )
         status = 1
     return status
+
+
+def _key_separator(args: argparse.Namespace, props: dict[str, str]) -> bytes | None:
+    """The separator of key and value in each line (``--key-separator``, or the
+    ``key.separator`` property with ``parse.key=true``), or None: no keys."""
+    if args.key_separator is not None:
+        if args.key_separator == "":
+            raise CliError("--key-separator must not be empty")
+        return _unescape(args.key_separator).encode()
+    if _bool_property(props, "parse.key"):
+        return _unescape(props.get("key.separator", "\t")).encode()
+    return None
+
+
+def _without_line_end(raw: bytes) -> bytes:
+    """The line without its ``\\n`` or ``\\r\\n``."""
+    line = raw[:-1] if raw.endswith(b"\n") else raw
+    return line[:-1] if line.endswith(b"\r") else line
+
+
+def _send(
+    producer: Producer,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    on_delivery: Callable[[KafkaError | None, Message], None],
+    extra: dict[str, Any],
+) -> None:
+    """Produce one record, polling while the producer's queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value, key, on_delivery=on_delivery, **extra)
+            return
+        except BufferError:
+            producer.poll(0.1)
 
 
 # --- consume -------------------------------------------------------------------------------
@@ -349,8 +368,6 @@ def run_consume(args: argparse.Namespace) -> int:
 
 
 def _consume(args: argparse.Namespace) -> int:
-    from confluent_kafka import TopicPartition
-
     fmt = MessageFormat.from_properties(
         parse_key_values(args.property, "--property"), args.print_key
     )
@@ -364,16 +381,7 @@ def _consume(args: argparse.Namespace) -> int:
         if args.group:
             consumer.subscribe([args.topic])
         else:
-            partitions = partitions_of(consumer, args.topic)
-            start = _start_offset(args.offset, args.from_beginning)
-            if args.partition is not None:
-                if args.partition not in partitions:
-                    raise CliError(
-                        f"--partition {args.partition}: topic '{args.topic}' has partitions "
-                        f"0..{max(partitions)}"
-                    )
-                partitions = [args.partition]
-            consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
+            _assign(consumer, args)
         timeout_s = args.timeout_ms / 1000 if args.timeout_ms else None
         last_record = time.monotonic()
         while args.max_messages is None or count < args.max_messages:
@@ -381,23 +389,9 @@ def _consume(args: argparse.Namespace) -> int:
             wait = 0.5 if timeout_s is None else min(0.5, timeout_s)
             messages = consumer.consume(num_messages=want, timeout=wait)
             now = time.monotonic()
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    if is_fatal(err):
-                        raise CliError(f"topic '{args.topic}': {kafka_error_text(err)}")
-                    continue
-                out.write(
-                    fmt.render(
-                        msg.key(),
-                        msg.value(),
-                        timestamp=msg.timestamp(),
-                        partition=msg.partition() or 0,
-                        offset=msg.offset() or 0,
-                        headers=_headers(msg.headers()),
-                    )
-                )
-                count += 1
+            written = _write_records(messages, fmt, out, args.topic)
+            if written:
+                count += written
                 last_record = now
             if messages:
                 out.flush()
@@ -414,3 +408,44 @@ def _consume(args: argparse.Namespace) -> int:
         close_quietly(consumer)
     sys.stderr.write(f"Processed a total of {count} messages\n")
     return status
+
+
+def _assign(consumer: Consumer, args: argparse.Namespace) -> None:
+    """Assign the topic's partitions (or ``--partition``) from ``--offset`` or
+    ``--from-beginning`` (else the end)."""
+    from confluent_kafka import TopicPartition
+
+    partitions = partitions_of(consumer, args.topic)
+    start = _start_offset(args.offset, args.from_beginning)
+    if args.partition is not None:
+        if args.partition not in partitions:
+            raise CliError(
+                f"--partition {args.partition}: topic '{args.topic}' has partitions "
+                f"0..{max(partitions)}"
+            )
+        partitions = [args.partition]
+    consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
+
+
+def _write_records(messages: list[Message], fmt: MessageFormat, out: IO[bytes], topic: str) -> int:
+    """Print the records among ``messages`` (skipping retriable errors, raising on a fatal
+    one); return how many."""
+    written = 0
+    for msg in messages:
+        err = msg.error()
+        if err is not None:
+            if is_fatal(err):
+                raise CliError(f"topic '{topic}': {kafka_error_text(err)}")
+            continue
+        out.write(
+            fmt.render(
+                msg.key(),
+                msg.value(),
+                timestamp=msg.timestamp(),
+                partition=msg.partition() or 0,
+                offset=msg.offset() or 0,
+                headers=_headers(msg.headers()),
+            )
+        )
+        written += 1
+    return written

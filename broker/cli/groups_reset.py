@@ -148,50 +148,68 @@ def plan_reset(
         start, end = log_start.get(tp), log_end.get(tp)
         if start is None or end is None:
             raise CliError(f"cannot find the log start and end offsets of partition {tp}")
-        if spec.kind == "earliest":
-            new = start
-        elif spec.kind == "latest":
-            new = end
-        elif spec.kind == "current":
-            new = committed.get(tp, end)
-        elif spec.kind in ("offset", "shift"):
-            if spec.kind == "shift":
-                current = committed.get(tp)
-                if current is None:
-                    raise CliError(
-                        f"Cannot shift offset for partition {tp} since there is no current "
-                        "committed offset"
-                    )
-                requested = current + spec.value
-            else:
-                requested = spec.value
-            new = requested
-            if requested > end:
-                plan.warnings.append(
-                    f"New offset ({requested}) is higher than latest offset for topic "
-                    f"partition {tp}. Value will be set to {end}"
-                )
-                new = end
-            elif requested < start:
-                plan.warnings.append(
-                    f"New offset ({requested}) is lower than earliest offset for topic "
-                    f"partition {tp}. Value will be set to {start}"
-                )
-                new = start
-        elif spec.kind in ("datetime", "duration"):
-            found = times.get(tp)
-            if found is None or found < 0:
-                plan.warnings.append(
-                    f"Partition {tp.partition} from topic {tp.topic} is empty. "
-                    "Falling back to latest known offset."
-                )
-                new = end
-            else:
-                new = min(max(found, start), end)
-        else:
-            raise ValueError(f"unknown reset kind {spec.kind!r}")
-        plan.offsets[tp] = new
+        plan.offsets[tp] = _new_offset(spec, tp, start, end, committed, times, plan.warnings)
     return plan
+
+
+def _new_offset(
+    spec: ResetSpec,
+    tp: TopicPartition,
+    start: int,
+    end: int,
+    committed: Mapping[TopicPartition, int],
+    times: Mapping[TopicPartition, int | None],
+    warnings: list[str],
+) -> int:
+    """The partition's new offset (see :func:`plan_reset`), its warnings added to
+    ``warnings``."""
+    if spec.kind == "earliest":
+        return start
+    if spec.kind == "latest":
+        return end
+    if spec.kind == "current":
+        return committed.get(tp, end)
+    if spec.kind in ("offset", "shift"):
+        return _clamped(tp, _requested(spec, tp, committed), start, end, warnings)
+    if spec.kind in ("datetime", "duration"):
+        found = times.get(tp)
+        if found is None or found < 0:
+            warnings.append(
+                f"Partition {tp.partition} from topic {tp.topic} is empty. "
+                "Falling back to latest known offset."
+            )
+            return end
+        return min(max(found, start), end)
+    raise ValueError(f"unknown reset kind {spec.kind!r}")
+
+
+def _requested(spec: ResetSpec, tp: TopicPartition, committed: Mapping[TopicPartition, int]) -> int:
+    """The offset ``offset`` or ``shift`` asks for (``shift``: the committed offset + N)."""
+    if spec.kind == "offset":
+        return spec.value
+    current = committed.get(tp)
+    if current is None:
+        raise CliError(
+            f"Cannot shift offset for partition {tp} since there is no current committed offset"
+        )
+    return current + spec.value
+
+
+def _clamped(tp: TopicPartition, requested: int, start: int, end: int, warnings: list[str]) -> int:
+    """``requested`` clamped to [``start``, ``end``], with a warning when it is not in."""
+    if requested > end:
+        warnings.append(
+            f"New offset ({requested}) is higher than latest offset for topic "
+            f"partition {tp}. Value will be set to {end}"
+        )
+        return end
+    if requested < start:
+        warnings.append(
+            f"New offset ({requested}) is lower than earliest offset for topic "
+            f"partition {tp}. Value will be set to {start}"
+        )
+        return start
+    return requested
 
 
 def format_reset_plan(group: str, offsets: Mapping[TopicPartition, int]) -> str:
@@ -210,12 +228,13 @@ def format_reset_plan(group: str, offsets: Mapping[TopicPartition, int]) -> str:
 
 def reset_spec(args: argparse.Namespace, now_ms: Callable[[], int]) -> ResetSpec:
     """The ResetSpec of parsed ``reset-offsets`` arguments."""
-    if args.to_earliest:
-        return ResetSpec("earliest")
-    if args.to_latest:
-        return ResetSpec("latest")
-    if args.to_current:
-        return ResetSpec("current")
+    for flag, kind in (
+        ("to_earliest", "earliest"),
+        ("to_latest", "latest"),
+        ("to_current", "current"),
+    ):
+        if getattr(args, flag):
+            return ResetSpec(kind)
     if args.to_offset is not None:
         return ResetSpec("offset", args.to_offset)
     if args.shift_by is not None:

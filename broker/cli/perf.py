@@ -262,13 +262,7 @@ def _perf_consume(args: argparse.Namespace, emit: Callable[[str], Any]) -> int:
     conf.setdefault("fetch.min.bytes", 1)
     consumer = create_consumer(conf)
     start_wall = time.time()
-    start = time.monotonic()
-    count = 0
-    size = 0
-    e2e: array[float] = array("d")
-    first_fetch: float | None = None
-    window_start, window_count, window_bytes = start, 0, 0
-    next_report = start + _REPORT_INTERVAL_S
+    stats = _ConsumeStats(time.monotonic())
     status = 0
     try:
         if args.group:
@@ -279,41 +273,18 @@ def _perf_consume(args: argparse.Namespace, emit: Callable[[str], Any]) -> int:
                 [TopicPartition(args.topic, p, offset) for p in partitions_of(consumer, args.topic)]
             )
         last_record = time.monotonic()
-        while count < args.messages:
-            messages = consumer.consume(num_messages=min(1000, args.messages - count), timeout=0.5)
+        while stats.count < args.messages:
+            messages = consumer.consume(
+                num_messages=min(1000, args.messages - stats.count), timeout=0.5
+            )
             now = time.monotonic()
-            now_ms = time.time() * 1000.0
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    if is_fatal(err):
-                        raise CliError(f"topic '{args.topic}': {kafka_error_text(err)}")
-                    continue
-                if first_fetch is None:
-                    first_fetch = now
-                value = msg.value()
-                key = msg.key()
-                n = (len(value) if value else 0) + (len(key) if key else 0)
-                count += 1
-                size += n
-                window_count += 1
-                window_bytes += n
-                ts_type, ts = msg.timestamp()
-                if ts_type != 0 and ts >= 0:
-                    e2e.append(max(0.0, now_ms - ts))
+            if stats.add(messages, now, args.topic):
                 last_record = now
-            if now >= next_report:
-                elapsed = max(now - window_start, 1e-9)
-                emit(
-                    f"{window_count} records received, {window_count / elapsed:.1f} records/sec "
-                    f"({window_bytes / _MB / elapsed:.2f} MB/sec), {count} in total.\n"
-                )
-                window_start, window_count, window_bytes = now, 0, 0
-                next_report = now + _REPORT_INTERVAL_S
+            stats.report(now, emit)
             if not messages and (now - last_record) * 1000 >= args.timeout:
                 sys.stderr.write(
                     f"WARNING: Exiting before consuming the expected number of messages: "
-                    f"timeout ({args.timeout} ms) exceeded ({count} of {args.messages} "
+                    f"timeout ({args.timeout} ms) exceeded ({stats.count} of {args.messages} "
                     "consumed). You can use the --timeout option to increase the timeout.\n"
                 )
                 status = 1
@@ -322,26 +293,91 @@ def _perf_consume(args: argparse.Namespace, emit: Callable[[str], Any]) -> int:
         status = 130
     finally:
         close_quietly(consumer)
-    end = time.monotonic()
-    end_wall = start_wall + (end - start)
-    elapsed = max(end - start, 1e-9)
-    fetch_elapsed = max(end - (first_fetch or start), 1e-9)
-    mb = size / _MB
-    if not args.hide_header:
-        emit(
-            "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, "
-            "nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec\n"
-        )
-    rebalance_ms = int(((first_fetch or start) - start) * 1000) if args.group else 0
-    emit(
-        f"{_kafka_time(start_wall)}, {_kafka_time(end_wall)}, {mb:.4f}, {mb / elapsed:.4f}, "
-        f"{count}, {count / elapsed:.4f}, {rebalance_ms}, {int(fetch_elapsed * 1000)}, "
-        f"{mb / fetch_elapsed:.4f}, {count / fetch_elapsed:.4f}\n"
-    )
-    lat = sorted(e2e)
-    emit(
-        f"{count} records received, {count / elapsed:f} records/sec ({mb / elapsed:.2f} "
-        f"MB/sec), end-to-end latency {int(percentile(lat, 0.5))} ms 50th, "
-        f"{int(percentile(lat, 0.99))} ms 99th, {lat[-1] if lat else 0.0:.2f} ms max.\n"
-    )
+    stats.summary(args, start_wall, time.monotonic(), emit)
     return status
+
+
+@dataclass
+class _ConsumeStats:
+    """What ``perf consume`` counts, in total and in the current report window."""
+
+    start: float
+    count: int = 0
+    size: int = 0
+    e2e: array[float] = field(default_factory=lambda: array("d"))
+    first_fetch: float | None = None
+    window_start: float = 0.0
+    window_count: int = 0
+    window_bytes: int = 0
+    next_report: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.window_start = self.start
+        self.next_report = self.start + _REPORT_INTERVAL_S
+
+    def add(self, messages: list[Message], now: float, topic: str) -> int:
+        """Count the records among ``messages`` (skipping retriable errors, raising on a
+        fatal one) with their end-to-end latency; return how many."""
+        now_ms = time.time() * 1000.0
+        added = 0
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if is_fatal(err):
+                    raise CliError(f"topic '{topic}': {kafka_error_text(err)}")
+                continue
+            if self.first_fetch is None:
+                self.first_fetch = now
+            value = msg.value()
+            key = msg.key()
+            n = (len(value) if value else 0) + (len(key) if key else 0)
+            added += 1
+            self.count += 1
+            self.size += n
+            self.window_count += 1
+            self.window_bytes += n
+            ts_type, ts = msg.timestamp()
+            if ts_type != 0 and ts >= 0:
+                self.e2e.append(max(0.0, now_ms - ts))
+        return added
+
+    def report(self, now: float, emit: Callable[[str], Any]) -> None:
+        """Print the window's line, and start the next window, once the window is over."""
+        if now < self.next_report:
+            return
+        elapsed = max(now - self.window_start, 1e-9)
+        emit(
+            f"{self.window_count} records received, "
+            f"{self.window_count / elapsed:.1f} records/sec "
+            f"({self.window_bytes / _MB / elapsed:.2f} MB/sec), {self.count} in total.\n"
+        )
+        self.window_start, self.window_count, self.window_bytes = now, 0, 0
+        self.next_report = now + _REPORT_INTERVAL_S
+
+    def summary(
+        self, args: argparse.Namespace, start_wall: float, end: float, emit: Callable[[str], Any]
+    ) -> None:
+        """Print kafka-consumer-perf-test's summary (header unless ``--hide-header``), then
+        the end-to-end latency line."""
+        start, count = self.start, self.count
+        end_wall = start_wall + (end - start)
+        elapsed = max(end - start, 1e-9)
+        fetch_elapsed = max(end - (self.first_fetch or start), 1e-9)
+        mb = self.size / _MB
+        if not args.hide_header:
+            emit(
+                "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, "
+                "nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec\n"
+            )
+        rebalance_ms = int(((self.first_fetch or start) - start) * 1000) if args.group else 0
+        emit(
+            f"{_kafka_time(start_wall)}, {_kafka_time(end_wall)}, {mb:.4f}, {mb / elapsed:.4f}, "
+            f"{count}, {count / elapsed:.4f}, {rebalance_ms}, {int(fetch_elapsed * 1000)}, "
+            f"{mb / fetch_elapsed:.4f}, {count / fetch_elapsed:.4f}\n"
+        )
+        lat = sorted(self.e2e)
+        emit(
+            f"{count} records received, {count / elapsed:f} records/sec ({mb / elapsed:.2f} "
+            f"MB/sec), end-to-end latency {int(percentile(lat, 0.5))} ms 50th, "
+            f"{int(percentile(lat, 0.99))} ms 99th, {lat[-1] if lat else 0.0:.2f} ms max.\n"
+        )

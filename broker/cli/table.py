@@ -37,6 +37,8 @@ from broker.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from confluent_kafka import Consumer, Message
+
     from spark_connector.exactly_once.boundaries import Boundary
 
 _PROG = "millrace table"
@@ -95,7 +97,7 @@ def text(data: bytes) -> str:
 
 def latest_rows(args: argparse.Namespace) -> list[Row]:
     """Read the topic to its end; the latest live record per key, sorted by key."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
         client_config(
@@ -109,23 +111,7 @@ def latest_rows(args: argparse.Namespace) -> list[Row]:
         )
     )
     try:
-        md = consumer.list_topics(args.topic, timeout=args.timeout)
-        topic = md.topics.get(args.topic)
-        if topic is None or topic.error is not None or not topic.partitions:
-            reason = topic.error if topic is not None and topic.error is not None else "not found"
-            raise CliError(f"topic '{args.topic}': {reason}")
-        ends: dict[int, int] = {}
-        stable, cut = boundary(args)
-        for p in sorted(topic.partitions):
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(args.topic, p), timeout=args.timeout
-            )
-            if cut is not None:
-                high = cut.end(p)
-            elif p in stable:
-                high = min(high, stable[p])
-            if high > low:
-                ends[p] = high
+        ends = _end_offsets(consumer, args)
         latest: dict[bytes, Row | None] = {}
         if ends:
             consumer.assign([TopicPartition(args.topic, p, 0) for p in ends])
@@ -136,26 +122,7 @@ def latest_rows(args: argparse.Namespace) -> list[Row]:
         while pending:
             msgs = consumer.consume(10_000, _POLL_S)
             for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(msg.partition())
-                        continue
-                    raise CliError(f"reading '{args.topic}': {err}")
-                key, value = msg.key(), msg.value()
-                partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
-                if offset >= ends.get(partition, 0):  # past the end (a boundary's cut)
-                    pending.discard(partition)
-                    continue
-                seen += 1
-                if key is not None:
-                    latest[key] = (
-                        None
-                        if value is None
-                        else Row(key, value, partition, offset, msg.timestamp()[1])
-                    )
-                if offset + 1 >= ends.get(partition, 0):
-                    pending.discard(partition)
+                seen += _take(msg, args.topic, ends, pending, latest)
             if msgs:
                 deadline = time.monotonic() + args.timeout
             elif time.monotonic() > deadline:
@@ -167,6 +134,62 @@ def latest_rows(args: argparse.Namespace) -> list[Row]:
         return sorted((r for r in latest.values() if r is not None), key=lambda r: r.key)
     finally:
         consumer.close()
+
+
+def _end_offsets(consumer: Consumer, args: argparse.Namespace) -> dict[int, int]:
+    """The offset to read each non-empty partition to: its high watermark, or the
+    ``boundary``'s (the partitions with nothing to read left out)."""
+    from confluent_kafka import TopicPartition
+
+    md = consumer.list_topics(args.topic, timeout=args.timeout)
+    topic = md.topics.get(args.topic)
+    if topic is None or topic.error is not None or not topic.partitions:
+        reason = topic.error if topic is not None and topic.error is not None else "not found"
+        raise CliError(f"topic '{args.topic}': {reason}")
+    ends: dict[int, int] = {}
+    stable, cut = boundary(args)
+    for p in sorted(topic.partitions):
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(args.topic, p), timeout=args.timeout
+        )
+        if cut is not None:
+            high = cut.end(p)
+        elif p in stable:
+            high = min(high, stable[p])
+        if high > low:
+            ends[p] = high
+    return ends
+
+
+def _take(
+    msg: Message,
+    topic: str,
+    ends: dict[int, int],
+    pending: set[int],
+    latest: dict[bytes, Row | None],
+) -> int:
+    """Keep the record as its key's latest (None: a tombstone) and take its partition off
+    ``pending`` at the end; return 1 for a record read, 0 for an end of partition."""
+    from confluent_kafka import KafkaError
+
+    err = msg.error()
+    if err is not None:
+        if err.code() == KafkaError._PARTITION_EOF:
+            pending.discard(msg.partition())
+            return 0
+        raise CliError(f"reading '{topic}': {err}")
+    key, value = msg.key(), msg.value()
+    partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+    if offset >= ends.get(partition, 0):  # past the end (a boundary's cut)
+        pending.discard(partition)
+        return 0
+    if key is not None:
+        latest[key] = (
+            None if value is None else Row(key, value, partition, offset, msg.timestamp()[1])
+        )
+    if offset + 1 >= ends.get(partition, 0):
+        pending.discard(partition)
+    return 1
 
 
 def boundary(args: argparse.Namespace) -> tuple[dict[int, int], Boundary | None]:

@@ -49,7 +49,7 @@ from broker.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import AdminClient, NewPartitions
 
 _PROG = "millrace topics"
 
@@ -420,15 +420,6 @@ def run_describe(args: argparse.Namespace) -> int:
 @guard(_PROG)
 def run_alter(args: argparse.Namespace) -> int:
     """Add partitions and/or set or delete topic config overrides."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import (
-        AlterConfigOpType,
-        ConfigEntry,
-        ConfigResource,
-        NewPartitions,
-        ResourceType,
-    )
-
     parser: argparse.ArgumentParser = args._parser
     if not (args.partitions or args.config or args.delete_config):
         parser.error("alter needs --partitions, --config or --delete-config")
@@ -447,67 +438,92 @@ def run_alter(args: argparse.Namespace) -> int:
         if args.if_exists:
             return 0
         raise CliError(f"Topic '{args.topic}' does not exist as expected")
-
     if args.partitions:
-        views = {v.name: v for v in _describe_topics(admin, names, args.timeout)}
-        requests = []
-        for name in names:
-            current = len(views[name].partitions) if name in views else 0
-            if args.partitions < current:
-                raise CliError(
-                    f"--partitions {args.partitions}: topic '{name}' has {current} partitions "
-                    "and the number of partitions can only be increased"
-                )
-            if args.partitions == current:
-                raise CliError(
-                    f"--partitions {args.partitions}: topic '{name}' already has "
-                    f"{current} partitions"
-                )
-            if assignment is not None:
-                if len(assignment) != args.partitions:
-                    raise CliError(
-                        f"--replica-assignment lists {len(assignment)} partitions, "
-                        f"--partitions is {args.partitions}"
-                    )
-                requests.append(NewPartitions(name, args.partitions, assignment[current:]))
-            else:
-                requests.append(NewPartitions(name, args.partitions))
-        try:
-            futures = admin.create_partitions(
-                requests, request_timeout=args.timeout, operation_timeout=args.timeout
-            )
-        except (ValueError, TypeError) as exc:
-            raise CliError(f"cannot add partitions: {exc}") from exc
-        for name, future in futures.items():
-            try:
-                future.result()
-            except KafkaException as exc:
-                raise CliError(
-                    f"cannot add partitions to topic '{name}': {kafka_error_text(exc)}"
-                ) from exc
-            sys.stdout.write(f"Topic {name} now has {args.partitions} partitions.\n")
-
+        _add_partitions(admin, args, names, assignment)
     if sets or args.delete_config:
-        ops = [
-            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in sets.items()
-        ] + [
-            ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
-            for k in args.delete_config
-        ]
-        resources = [
-            ConfigResource(ResourceType.TOPIC, name, incremental_configs=ops) for name in names
-        ]
-        futures2 = admin.incremental_alter_configs(resources, request_timeout=args.timeout)
-        for resource, future in futures2.items():
-            try:
-                future.result()
-            except KafkaException as exc:
-                raise CliError(
-                    f"cannot alter configs of topic '{resource.name}': {kafka_error_text(exc)}"
-                ) from exc
-            changes = [f"{k}={v}" for k, v in sets.items()] + [f"-{k}" for k in args.delete_config]
-            sys.stdout.write(f"Altered configs of topic {resource.name}: {' '.join(changes)}\n")
+        _alter_configs(admin, args, names, sets)
     return 0
+
+
+def _add_partitions(
+    admin: AdminClient,
+    args: argparse.Namespace,
+    names: list[str],
+    assignment: list[list[int]] | None,
+) -> None:
+    """Grow each topic to ``--partitions`` (the new ones placed by ``assignment``)."""
+    from confluent_kafka import KafkaException
+
+    views = {v.name: v for v in _describe_topics(admin, names, args.timeout)}
+    requests = [_new_partitions(name, args.partitions, views, assignment) for name in names]
+    try:
+        futures = admin.create_partitions(
+            requests, request_timeout=args.timeout, operation_timeout=args.timeout
+        )
+    except (ValueError, TypeError) as exc:
+        raise CliError(f"cannot add partitions: {exc}") from exc
+    for name, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            raise CliError(
+                f"cannot add partitions to topic '{name}': {kafka_error_text(exc)}"
+            ) from exc
+        sys.stdout.write(f"Topic {name} now has {args.partitions} partitions.\n")
+
+
+def _new_partitions(
+    name: str,
+    wanted: int,
+    views: dict[str, TopicView],
+    assignment: list[list[int]] | None,
+) -> NewPartitions:
+    """The request growing topic ``name`` to ``wanted`` partitions (refused unless it grows)."""
+    from confluent_kafka.admin import NewPartitions
+
+    current = len(views[name].partitions) if name in views else 0
+    if wanted < current:
+        raise CliError(
+            f"--partitions {wanted}: topic '{name}' has {current} partitions "
+            "and the number of partitions can only be increased"
+        )
+    if wanted == current:
+        raise CliError(f"--partitions {wanted}: topic '{name}' already has {current} partitions")
+    if assignment is None:
+        return NewPartitions(name, wanted)
+    if len(assignment) != wanted:
+        raise CliError(
+            f"--replica-assignment lists {len(assignment)} partitions, --partitions is {wanted}"
+        )
+    return NewPartitions(name, wanted, assignment[current:])
+
+
+def _alter_configs(
+    admin: AdminClient, args: argparse.Namespace, names: list[str], sets: dict[str, str]
+) -> None:
+    """Set ``sets`` and delete ``--delete-config`` on each topic."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    ops = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in sets.items()
+    ] + [
+        ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
+        for k in args.delete_config
+    ]
+    resources = [
+        ConfigResource(ResourceType.TOPIC, name, incremental_configs=ops) for name in names
+    ]
+    futures = admin.incremental_alter_configs(resources, request_timeout=args.timeout)
+    for resource, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            raise CliError(
+                f"cannot alter configs of topic '{resource.name}': {kafka_error_text(exc)}"
+            ) from exc
+        changes = [f"{k}={v}" for k, v in sets.items()] + [f"-{k}" for k in args.delete_config]
+        sys.stdout.write(f"Altered configs of topic {resource.name}: {' '.join(changes)}\n")
 
 
 @guard(_PROG)

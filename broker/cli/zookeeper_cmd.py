@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from broker.cli.common import fail
 
 if TYPE_CHECKING:
-    from broker.zk.embedded_server import QuorumServer
+    from broker.zk.embedded_server import EmbeddedZooKeeper, QuorumServer
 
 _PROG = "millrace zookeeper"
 _SERVER_LINE = re.compile(r"server\.(\d+)")
@@ -136,14 +136,45 @@ def _int_prop(
         raise ValueError(f"{key}={props[key]!r} in {source} is not a number") from None
 
 
+class _UsageError(Exception):
+    """A bad option or config file of ``start`` (exit code 2)."""
+
+
 def run_start(args: argparse.Namespace) -> int:
+    from broker.zk.embedded_server import ZooKeeperError, port_is_free
+
+    try:
+        zk = _configured_server(args)
+    except _UsageError as exc:
+        return fail(_PROG, str(exc), code=2)
+    if not port_is_free(zk.host, zk.port):
+        return fail(_PROG, f"port {zk.host}:{zk.port} is already in use")
+    try:
+        cmd = zk.prepare()
+    except ZooKeeperError as exc:
+        return fail(_PROG, str(exc))
+    servers = zk.servers
+    role = f"ensemble member {zk.server_id} of {len(servers)}" if servers else "standalone"
+    sys.stderr.write(
+        f"millrace zookeeper: starting ZooKeeper ({role}) on {zk.connect_string} "
+        f"(data dir {zk.data_dir}, pid {os.getpid()}, log {zk.log_file})\n"
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.chdir(zk.data_dir)
+    os.execv(cmd[0], cmd)
+    return 0  # not reached
+
+
+def _configured_server(args: argparse.Namespace) -> EmbeddedZooKeeper:
+    """The server the options and the config file (``--config``; options win) describe;
+    :class:`_UsageError` if they do not."""
     from broker.config import read_properties
     from broker.zk.embedded_server import (
         DEFAULT_INIT_LIMIT,
         DEFAULT_SYNC_LIMIT,
         EmbeddedZooKeeper,
         ZooKeeperError,
-        port_is_free,
     )
 
     props: dict[str, str] = {}
@@ -151,7 +182,7 @@ def run_start(args: argparse.Namespace) -> int:
         try:
             props = read_properties(args.config)
         except OSError as exc:
-            return fail(_PROG, f"cannot read {args.config}: {exc}", code=2)
+            raise _UsageError(f"cannot read {args.config}: {exc}") from exc
     try:
         port = _int_prop(args.port, props, "clientPort", 2181, args.config)
         tick = _int_prop(args.tick_time, props, "tickTime", 2000, args.config)
@@ -159,23 +190,22 @@ def run_start(args: argparse.Namespace) -> int:
         init_limit = _int_prop(args.init_limit, props, "initLimit", DEFAULT_INIT_LIMIT, args.config)
         sync_limit = _int_prop(args.sync_limit, props, "syncLimit", DEFAULT_SYNC_LIMIT, args.config)
     except ValueError as exc:
-        return fail(_PROG, f"invalid number: {exc}", code=2)
+        raise _UsageError(f"invalid number: {exc}") from exc
     data_dir = args.data_dir or (Path(props["dataDir"]) if "dataDir" in props else None)
     if data_dir is None:
-        return fail(_PROG, "--data-dir is required", code=2)
+        raise _UsageError("--data-dir is required")
     host = args.host or props.get("clientPortAddress", "127.0.0.1")
 
     try:
         server_id, servers = ensemble_settings(args.server, props, args.id, Path(data_dir))
     except (ZooKeeperError, ValueError) as exc:
-        return fail(_PROG, str(exc), code=2)
+        raise _UsageError(str(exc)) from exc
     if len(servers) % 2 == 0 and servers:
         sys.stderr.write(
             f"{_PROG}: warning: an ensemble of {len(servers)} members tolerates no more "
             f"failures than one of {len(servers) - 1}; use an odd size (3 or 5)\n"
         )
-
-    zk = EmbeddedZooKeeper(
+    return EmbeddedZooKeeper(
         port,
         data_dir,
         tick_time=tick,
@@ -188,22 +218,6 @@ def run_start(args: argparse.Namespace) -> int:
         init_limit=init_limit,
         sync_limit=sync_limit,
     )
-    if not port_is_free(host, port):
-        return fail(_PROG, f"port {host}:{port} is already in use")
-    try:
-        cmd = zk.prepare()
-    except ZooKeeperError as exc:
-        return fail(_PROG, str(exc))
-    role = f"ensemble member {server_id} of {len(servers)}" if servers else "standalone"
-    sys.stderr.write(
-        f"millrace zookeeper: starting ZooKeeper ({role}) on {zk.connect_string} "
-        f"(data dir {zk.data_dir}, pid {os.getpid()}, log {zk.log_file})\n"
-    )
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.chdir(zk.data_dir)
-    os.execv(cmd[0], cmd)
-    return 0  # not reached
 
 
 def ensemble_settings(

@@ -270,31 +270,26 @@ class Connection(asyncio.Protocol):
                 self._need = size
             if end - pos < self._need:
                 break
-            # One copy of the frame, through a view (slicing the bytearray and then bytes()
-            # would copy twice, a megabyte each for a 1 MB produce); a large frame stays a
-            # bytearray, so the produce path need not copy its records again to patch them.
-            end_of_frame = pos + self._need
-            frame: bytes | bytearray
-            if self._need >= WRITABLE_FRAME_BYTES:
-                frame = bytearray(memoryview(view)[pos:end_of_frame])
-            elif type(view) is bytes:
-                frame = view[pos:end_of_frame]
-            else:
-                frame = bytes(memoryview(view)[pos:end_of_frame])
+            frame = _frame_of(view, pos, pos + self._need)
             pos += self._need
             self._need = 0
             eager = self._start(frame, eager)
-        if self._refusing:
-            self._buf = bytearray()
-        elif buf:
-            del buf[:pos]
-        elif pos < end:
-            self._buf = bytearray(view[pos:])
+        self._keep_rest(buf, view, pos)
         if len(self._pending) >= self._max_queued and not self._read_paused:
             self._read_paused = True
             assert self._transport is not None
             self._transport.pause_reading()
         self._flush()
+
+    def _keep_rest(self, buf: bytearray, view: bytes | bytearray, pos: int) -> None:
+        """Keep the bytes of ``view`` after ``pos`` (a frame not yet complete) buffered
+        (``buf``, the buffer ``view`` is, when not empty); none once refusing."""
+        if self._refusing:
+            self._buf = bytearray()
+        elif buf:
+            del buf[:pos]
+        elif pos < len(view):
+            self._buf = bytearray(view[pos:])
 
     def _refuse(self, error: BaseException) -> None:
         """A request this connection cannot take (a bad frame; a malformed request): read
@@ -544,3 +539,14 @@ class Connection(asyncio.Protocol):
     def close(self) -> None:
         """Close the connection now, dropping unanswered requests (broker shutdown)."""
         self._abort()
+
+
+def _frame_of(view: bytes | bytearray, start: int, end: int) -> bytes | bytearray:
+    """One copy of the frame ``view[start:end]``, through a view (slicing the bytearray and
+    then bytes() would copy twice, a megabyte each for a 1 MB produce); a large frame stays
+    a bytearray, so the produce path need not copy its records again to patch them."""
+    if end - start >= WRITABLE_FRAME_BYTES:
+        return bytearray(memoryview(view)[start:end])
+    if type(view) is bytes:
+        return view[start:end]
+    return bytes(memoryview(view)[start:end])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 import typing
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -90,89 +91,121 @@ def program(cls: Any) -> bytes:
 
 def _walk_py(prog: bytes, buf: bytes | memoryview, pos: int) -> int:
     """The Python twin of ``_request_check.walk``."""
-    end = len(buf)
+    walk = _PyWalk(prog, buf, pos)
+    walk.run(0, len(prog))
+    return walk.pos
 
-    def need(n: int) -> None:
-        nonlocal pos
-        if n > end - pos:
+
+class _PyWalk:
+    """One walk of ``buf`` from ``pos`` by the program ``prog``: each op a method."""
+
+    def __init__(self, prog: bytes, buf: bytes | memoryview, pos: int) -> None:
+        self.prog = prog
+        self.buf = buf
+        self.pos = pos
+        self.end = len(buf)
+
+    def need(self, n: int) -> None:
+        if n > self.end - self.pos:
             raise ValueError("a length runs past the end of the request")
-        pos += n
+        self.pos += n
 
-    def uvarint() -> int:
-        nonlocal pos
+    def uvarint(self) -> int:
         value = shift = 0
         for _ in range(10):
-            if pos >= end:
+            if self.pos >= self.end:
                 raise ValueError("truncated varint")
-            b = buf[pos]
-            pos += 1
+            b = self.buf[self.pos]
+            self.pos += 1
             value |= (b & 0x7F) << shift
             if not b & 0x80:
                 return value
             shift += 7
         raise ValueError("varint too long")
 
-    def size_of(pc: int) -> int:
-        op = prog[pc]
+    def int_length(self, width: int, what: str) -> int:
+        """A big-endian int16 (``width`` 2) or int32 (4) length; -1 (null) or more."""
+        if self.end - self.pos < width:
+            raise ValueError(f"truncated {what}")
+        (n,) = struct.unpack_from(">h" if width == 2 else ">i", self.buf, self.pos)
+        self.pos += width
+        if n < -1:
+            raise ValueError(f"negative {what}")
+        return int(n)
+
+    def size_of(self, pc: int) -> int:
+        """The length of the op at ``pc`` in the program (with its operands)."""
+        op = self.prog[pc]
         if op == FIXED:
             return 2
         if op in (ARRAY, COMPACT_ARRAY):
-            return 1 + size_of(pc + 1)
+            return 1 + self.size_of(pc + 1)
         if op == STRUCT:
-            return 3 + (prog[pc + 1] << 8 | prog[pc + 2])
+            return 3 + (self.prog[pc + 1] << 8 | self.prog[pc + 2])
         return 1
 
-    def one(pc: int) -> None:
-        nonlocal pos
-        op = prog[pc]
-        if op == FIXED:
-            need(prog[pc + 1])
-        elif op in (STRING, BYTES):
-            width = 2 if op == STRING else 4
-            if end - pos < width:
-                raise ValueError("truncated length")
-            (n,) = struct.unpack_from(">h" if width == 2 else ">i", buf, pos)
-            pos += width
-            if n < -1:
-                raise ValueError("negative length")
-            need(max(n, 0))
-        elif op == COMPACT:
-            need(max(uvarint() - 1, 0))
-        elif op in (ARRAY, COMPACT_ARRAY):
-            if op == ARRAY:
-                if end - pos < 4:
-                    raise ValueError("truncated array length")
-                (count,) = struct.unpack_from(">i", buf, pos)
-                pos += 4
-                if count < -1:
-                    raise ValueError("negative array length")
-            else:
-                count = uvarint() - 1
-                if count > 2**31 - 1:
-                    raise ValueError("array length out of range")
-            if count > end - pos:
-                raise ValueError("array length exceeds the request")
-            for _ in range(count):
-                one(pc + 1)
-        elif op == STRUCT:
-            run(pc + 3, pc + size_of(pc))
-        elif op == TAGS:
-            count = uvarint()
-            if count > end - pos:
-                raise ValueError("tagged-field count exceeds the request")
-            for _ in range(count):
-                uvarint()
-                need(uvarint())
-        else:
-            raise ValueError("bad program")
-
-    def run(pc: int, stop: int) -> None:
+    def run(self, pc: int, stop: int) -> None:
         while pc < stop:
-            one(pc)
-            pc += size_of(pc)
+            self.one(pc)
+            pc += self.size_of(pc)
 
-    run(0, len(prog))
-    return pos
+    def one(self, pc: int) -> None:
+        step = _PY_OPS.get(self.prog[pc])
+        if step is None:
+            raise ValueError("bad program")
+        step(self, pc)
+
+    def op_fixed(self, pc: int) -> None:
+        self.need(self.prog[pc + 1])
+
+    def op_string(self, pc: int) -> None:
+        self.need(max(self.int_length(2, "length"), 0))
+
+    def op_bytes(self, pc: int) -> None:
+        self.need(max(self.int_length(4, "length"), 0))
+
+    def op_compact(self, pc: int) -> None:
+        self.need(max(self.uvarint() - 1, 0))
+
+    def op_array(self, pc: int) -> None:
+        self.elements(pc, self.int_length(4, "array length"))
+
+    def op_compact_array(self, pc: int) -> None:
+        count = self.uvarint() - 1
+        if count > 2**31 - 1:
+            raise ValueError("array length out of range")
+        self.elements(pc, count)
+
+    def elements(self, pc: int, count: int) -> None:
+        """``count`` elements of the array op at ``pc``."""
+        if count > self.end - self.pos:
+            raise ValueError("array length exceeds the request")
+        for _ in range(count):
+            self.one(pc + 1)
+
+    def op_struct(self, pc: int) -> None:
+        self.run(pc + 3, pc + self.size_of(pc))
+
+    def op_tags(self, pc: int) -> None:
+        count = self.uvarint()
+        if count > self.end - self.pos:
+            raise ValueError("tagged-field count exceeds the request")
+        for _ in range(count):
+            self.uvarint()
+            self.need(self.uvarint())
+
+
+_PY_OPS: dict[int, Callable[[_PyWalk, int], None]] = {
+    FIXED: _PyWalk.op_fixed,
+    STRING: _PyWalk.op_string,
+    BYTES: _PyWalk.op_bytes,
+    COMPACT: _PyWalk.op_compact,
+    ARRAY: _PyWalk.op_array,
+    COMPACT_ARRAY: _PyWalk.op_compact_array,
+    STRUCT: _PyWalk.op_struct,
+    TAGS: _PyWalk.op_tags,
+}
+"""The method walking each op."""
 
 
 try:

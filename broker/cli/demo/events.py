@@ -13,10 +13,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.cli.demo.cluster import DemoError
 from broker.cli.demo.output import Progress, say
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
 
 TOPIC = "demo-events"
 PARTITIONS = 3
@@ -87,7 +90,7 @@ class ProduceResult:
 
 
 def produce(bootstrap: str, count: int) -> ProduceResult:
-    from confluent_kafka import KafkaError, Message, Producer
+    from confluent_kafka import KafkaError, Producer
 
     producer = Producer(
         quiet(
@@ -204,26 +207,12 @@ def consume(bootstrap: str, expected: int) -> ConsumeResult:
                     if err.fatal() or not err.retriable():
                         raise DemoError(f"consumer error: {err.str()} ({err.name()})")
                     continue
-                result.records += 1
                 last_progress = now
-                part, offset, value = msg.partition() or 0, msg.offset() or 0, msg.value()
-                try:
-                    event_id = int(json.loads(value or b"null")["id"])
-                except (ValueError, TypeError, KeyError):
-                    result.bad_json += 1
-                    event_id = -1
-                if 0 <= event_id < expected:
-                    if seen[event_id]:
-                        result.duplicates += 1
-                    else:
-                        seen[event_id] = 1
-                        result.unique_ids += 1
+                part, offset = msg.partition() or 0, msg.offset() or 0
+                _count(result, msg, seen)
                 if part not in sample_partitions and len(result.samples) < 3:
                     sample_partitions.add(part)
-                    key = (msg.key() or b"").decode(errors="replace")
-                    text = (value or b"").decode(errors="replace")
-                    result.samples.append(f"partition {part} offset {offset} key {key} {text}")
-                    result.samples.sort()
+                    _sample(result, msg)
                 if offset + 1 >= result.end_offsets[part]:
                     pending.discard(part)
             progress.update(line())
@@ -269,3 +258,29 @@ def dump_first_batches(cluster_dir: Path, batches: int = 5) -> None:
     say(f"$ millrace dump-log --files {segment} --max-batches {batches}")
     for line in dump_file(segment, DumpOptions(max_batches=batches)):
         say(line)
+
+
+def _count(result: ConsumeResult, msg: Message, seen: bytearray) -> None:
+    """Count the record, and its event id as new or a duplicate (or its value as bad JSON)."""
+    result.records += 1
+    try:
+        event_id = int(json.loads(msg.value() or b"null")["id"])
+    except (ValueError, TypeError, KeyError):
+        result.bad_json += 1
+        event_id = -1
+    if 0 <= event_id < len(seen):
+        if seen[event_id]:
+            result.duplicates += 1
+        else:
+            seen[event_id] = 1
+            result.unique_ids += 1
+
+
+def _sample(result: ConsumeResult, msg: Message) -> None:
+    """Keep the record as a sample (the samples sorted)."""
+    key = (msg.key() or b"").decode(errors="replace")
+    text = (msg.value() or b"").decode(errors="replace")
+    result.samples.append(
+        f"partition {msg.partition() or 0} offset {msg.offset() or 0} key {key} {text}"
+    )
+    result.samples.sort()

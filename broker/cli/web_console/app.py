@@ -106,23 +106,61 @@ class LoopbackHostOnly:
 
 
 def build_app(source: ClusterSource, sampler: Sampler, settings: Settings) -> Starlette:
-    templates = Jinja2Templates(directory=str(HERE / "templates"))
-    templates.env.filters["iso"] = lambda ms: "-" if ms is None else iso_ms(int(ms))
-    templates.env.filters["bytes"] = _bytes_text
-    templates.env.filters["q"] = lambda s: quote(str(s), safe="")
+    console = _Console(source, sampler, settings)
 
-    def page(request: Request, name: str, code: int = 200, **context: Any) -> Response:
+    handlers: dict[Any, Callable[[Request, Exception], Any]] = {
+        ConsoleError: console.console_error,
+        WritesDisabled: console.writes_disabled,
+        HTTPException: console.http_error,
+        Exception: console.any_error,
+    }
+    routes = [
+        Route("/", console.cluster_page),
+        Route("/topics", console.topics_page),
+        Route("/topics", console.create_topic, methods=["POST"]),
+        Route("/topics/{name}", console.topic_page),
+        Route("/topics/{name}/delete", console.delete_topic, methods=["POST"]),
+        Route("/topics/{name}/configs", console.alter_configs, methods=["POST"]),
+        Route("/messages", console.messages_page),
+        Route("/groups", console.groups_page),
+        Route("/groups/{group}", console.group_page),
+        Route("/groups/{group}/reset", console.reset_offsets, methods=["POST"]),
+        Route("/transactions", console.transactions_page),
+        Route("/transactions/abort", console.abort_transaction, methods=["POST"]),
+        Route("/transactions/abort-hanging", console.abort_hanging, methods=["POST"]),
+        Route("/sinks", console.sinks_page),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    middleware = [Middleware(LoopbackHostOnly)] if loopback(settings.bind_host) else []
+    return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
+
+
+class _Console:
+    """The console's pages, actions and error pages (the routes of :func:`build_app`)."""
+
+    def __init__(self, source: ClusterSource, sampler: Sampler, settings: Settings) -> None:
+        self.source = source
+        self.sampler = sampler
+        self.settings = settings
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        self.templates.env.filters["iso"] = lambda ms: "-" if ms is None else iso_ms(int(ms))
+        self.templates.env.filters["bytes"] = _bytes_text
+        self.templates.env.filters["q"] = lambda s: quote(str(s), safe="")
+
+    def page(self, request: Request, name: str, code: int = 200, **context: Any) -> Response:
         context.setdefault("notice", request.query_params.get("notice"))
-        context["allow_writes"] = settings.allow_writes
-        context["bootstrap"] = settings.bootstrap
-        context["sampler_error"] = sampler.last_error
-        return templates.TemplateResponse(request, name, context, status_code=code)
+        context["allow_writes"] = self.settings.allow_writes
+        context["bootstrap"] = self.settings.bootstrap
+        context["sampler_error"] = self.sampler.last_error
+        return self.templates.TemplateResponse(request, name, context, status_code=code)
 
-    def chart(series: Mapping[str, list[tuple[float, float]]], title: str, unit: str) -> Markup:
+    def chart(
+        self, series: Mapping[str, list[tuple[float, float]]], title: str, unit: str
+    ) -> Markup:
         return Markup(line_chart(series, title, unit))
 
-    def sizes(info: ClusterInfo) -> dict[TopicPartition, int]:
-        urls = source.metrics_urls()
+    def sizes(self, info: ClusterInfo) -> dict[TopicPartition, int]:
+        urls = self.source.metrics_urls()
         leaders = {
             TopicPartition(p.topic, p.partition): p.leader
             for t in info.topics
@@ -130,8 +168,8 @@ def build_app(source: ClusterSource, sampler: Sampler, settings: Settings) -> St
         }
         return prometheus.partition_sizes(urls, leaders) if urls else {}
 
-    def writes(request: Request) -> None:
-        if not settings.allow_writes:
+    def writes(self, request: Request) -> None:
+        if not self.settings.allow_writes:
             raise WritesDisabled
         refused = foreign_origin(request)
         if refused:
@@ -139,39 +177,39 @@ def build_app(source: ClusterSource, sampler: Sampler, settings: Settings) -> St
 
     # --- pages -----------------------------------------------------------------------------
 
-    def cluster_page(request: Request) -> Response:
-        info = source.cluster()
-        return page(
+    def cluster_page(self, request: Request) -> Response:
+        info = self.source.cluster()
+        return self.page(
             request,
             "cluster.html",
             nav="cluster",
             info=info,
-            rate_chart=chart(sampler.rates(), "Produce rate per topic", "records/s"),
-            lag_chart=chart(sampler.lags(), "Consumer group lag", "records"),
-            metrics=bool(source.metrics_urls()),
+            rate_chart=self.chart(self.sampler.rates(), "Produce rate per topic", "records/s"),
+            lag_chart=self.chart(self.sampler.lags(), "Consumer group lag", "records"),
+            metrics=bool(self.source.metrics_urls()),
         )
 
-    def topics_page(request: Request) -> Response:
-        info = source.cluster()
-        by_topic = prometheus.topic_sizes(sizes(info))
-        return page(
+    def topics_page(self, request: Request) -> Response:
+        info = self.source.cluster()
+        by_topic = prometheus.topic_sizes(self.sizes(info))
+        return self.page(
             request,
             "topics.html",
             nav="topics",
             info=info,
             sizes=by_topic,
-            metrics=bool(source.metrics_urls()),
+            metrics=bool(self.source.metrics_urls()),
         )
 
-    def topic_page(request: Request) -> Response:
+    def topic_page(self, request: Request) -> Response:
         name = request.path_params["name"]
-        info = source.cluster()
+        info = self.source.cluster()
         topic = info.topic(name)
         tps = [TopicPartition(name, p.partition) for p in topic.partitions]
-        starts, errors = source.offsets(tps, "earliest")
-        ends, end_errors = source.offsets(tps, "latest")
+        starts, errors = self.source.offsets(tps, "earliest")
+        ends, end_errors = self.source.offsets(tps, "latest")
         errors.update(end_errors)
-        return page(
+        return self.page(
             request,
             "topic.html",
             nav="topics",
@@ -179,14 +217,14 @@ def build_app(source: ClusterSource, sampler: Sampler, settings: Settings) -> St
             starts={tp.partition: v for tp, v in starts.items()},
             ends={tp.partition: v for tp, v in ends.items()},
             errors={str(tp): e for tp, e in errors.items()},
-            sizes={tp.partition: v for tp, v in sizes(info).items() if tp.topic == name},
-            metrics=bool(source.metrics_urls()),
-            configs=source.topic_configs(name),
-            rate_chart=chart(sampler.rates(name), f"Produce rate of {name}", "records/s"),
+            sizes={tp.partition: v for tp, v in self.sizes(info).items() if tp.topic == name},
+            metrics=bool(self.source.metrics_urls()),
+            configs=self.source.topic_configs(name),
+            rate_chart=self.chart(self.sampler.rates(name), f"Produce rate of {name}", "records/s"),
         )
 
-    def messages_page(request: Request) -> Response:
-        info = source.cluster()
+    def messages_page(self, request: Request) -> Response:
+        info = self.source.cluster()
         params = dict(request.query_params)
         topic = params.get("topic", "")
         context: dict[str, Any] = {
@@ -200,67 +238,68 @@ def build_app(source: ClusterSource, sampler: Sampler, settings: Settings) -> St
             try:
                 query = parse_query(topic, params)
                 context["query"] = query
-                context["result"] = browse(source, query)
+                context["result"] = browse(self.source, query)
             except ConsoleError as exc:
                 context["error"] = str(exc)
-                return page(request, "messages.html", 400, **context)
-        return page(request, "messages.html", **context)
+                return self.page(request, "messages.html", 400, **context)
+        return self.page(request, "messages.html", **context)
 
-    def groups_page(request: Request) -> Response:
-        groups = group_source.list_groups(source)
-        lags = sampler.lags()
+    def groups_page(self, request: Request) -> Response:
+        groups = group_source.list_groups(self.source)
+        lags = self.sampler.lags()
         latest = {g: int(pts[-1][1]) for g, pts in lags.items() if pts}
-        return page(
+        return self.page(
             request,
             "groups.html",
             nav="groups",
             groups=groups,
             latest=latest,
-            lag_chart=chart(lags, "Consumer group lag", "records"),
+            lag_chart=self.chart(lags, "Consumer group lag", "records"),
         )
 
-    def group_page(request: Request) -> Response:
+    def group_page(self, request: Request) -> Response:
         group = request.path_params["group"]
-        detail = group_source.describe_group(source, group)
-        return page(
+        detail = group_source.describe_group(self.source, group)
+        return self.page(
             request,
             "group.html",
             nav="groups",
             detail=detail,
             kinds=group_source.RESET_KINDS,
-            lag_chart=chart(sampler.lags(group), f"Lag of {group}", "records"),
+            lag_chart=self.chart(self.sampler.lags(group), f"Lag of {group}", "records"),
             topics=sorted({r.tp.topic for r in detail.rows}),
         )
 
-    def transactions_page(request: Request) -> Response:
-        listed = txn_source.list_transactions(source)
+    def transactions_page(self, request: Request) -> Response:
+        listed = txn_source.list_transactions(self.source)
         scan = request.query_params.get("scan") == "1"
         hanging, scan_errors = (
-            txn_source.find_hanging(source, settings.hanging_ms) if scan else ([], [])
+            txn_source.find_hanging(self.source, self.settings.hanging_ms) if scan else ([], [])
         )
-        return page(
+        return self.page(
             request,
             "transactions.html",
             nav="transactions",
             listed=listed,
             open=[t for t in listed.transactions if t.open],
             closed=[t for t in listed.transactions if not t.open],
-            hanging_ms=settings.hanging_ms,
+            hanging_ms=self.settings.hanging_ms,
             scan=scan,
             hanging=hanging,
             scan_errors=scan_errors,
         )
 
-    def sinks_page(request: Request) -> Response:
-        return page(request, "sinks.html", nav="sinks", sinks=sinks.find_sinks(source))
+    def sinks_page(self, request: Request) -> Response:
+        return self.page(request, "sinks.html", nav="sinks", sinks=sinks.find_sinks(self.source))
 
     # --- actions (POST) ----------------------------------------------------------------------
 
-    async def form_of(request: Request) -> dict[str, str]:
+    async def form_of(self, request: Request) -> dict[str, str]:
         form = await request.form()
         return {k: v for k, v in form.multi_items() if isinstance(v, str)}
 
     def confirm(
+        self,
         request: Request,
         title: str,
         lines: list[str],
@@ -269,7 +308,7 @@ def build_app(source: ClusterSource, sampler: Sampler, settings: Settings) -> St
         type_name: str | None = None,
         back: str = "/",
     ) -> Response:
-        return page(
+        return self.page(
             request,
             "confirm.html",
             nav="",
@@ -281,13 +320,13 @@ def build_app(source: ClusterSource, sampler: Sampler, settings: Settings) -> St
             back=back,
         )
 
-    def done(url: str, notice: str) -> Response:
+    def done(self, url: str, notice: str) -> Response:
         sep = "&" if "?" in url else "?"
         return RedirectResponse(f"{url}{sep}{urlencode({'notice': notice})}", status_code=303)
 
-    async def create_topic(request: Request) -> Response:
-        writes(request)
-        form = await form_of(request)
+    async def create_topic(self, request: Request) -> Response:
+        self.writes(request)
+        form = await self.form_of(request)
         name = form.get("name", "").strip()
         if not name:
             raise ConsoleError("topic name: must not be empty")
@@ -301,19 +340,19 @@ def build_app(source: ClusterSource, sampler: Sampler, settings: Settings) -> St
                 f"replication factor: {replication}",
                 *(f"config {k} = {v}" for k, v in sorted(configs.items())),
             ]
-            return confirm(request, f"Create topic {name}?", lines, form, back="/topics")
-        await run_in_threadpool(source.create_topic, name, partitions, replication, configs)
-        return done(f"/topics/{quote(name, safe='')}", f"topic {name} created")
+            return self.confirm(request, f"Create topic {name}?", lines, form, back="/topics")
+        await run_in_threadpool(self.source.create_topic, name, partitions, replication, configs)
+        return self.done(f"/topics/{quote(name, safe='')}", f"topic {name} created")
 
-    async def delete_topic(request: Request) -> Response:
-        writes(request)
+    async def delete_topic(self, request: Request) -> Response:
+        self.writes(request)
         name = request.path_params["name"]
-        form = await form_of(request)
+        form = await self.form_of(request)
         if form.get("confirmed") != "1" or form.get("typed", "") != name:
             lines = [f"delete topic {name} and all its data"]
             if form.get("confirmed") == "1":
                 lines.append("the name typed does not match: nothing deleted")
-            return confirm(
+            return self.confirm(
                 request,
                 f"Delete topic {name}?",
                 lines,
@@ -321,41 +360,41 @@ def build_app(source: ClusterSource, sampler: Sampler, settings: Settings) -> St
                 type_name=name,
                 back=f"/topics/{quote(name, safe='')}",
             )
-        await run_in_threadpool(source.delete_topic, name)
-        return done("/topics", f"topic {name} deleted")
+        await run_in_threadpool(self.source.delete_topic, name)
+        return self.done("/topics", f"topic {name} deleted")
 
-    async def alter_configs(request: Request) -> Response:
-        writes(request)
+    async def alter_configs(self, request: Request) -> Response:
+        self.writes(request)
         name = request.path_params["name"]
-        form = await form_of(request)
+        form = await self.form_of(request)
         key = form.get("config", "").strip()
         if not key:
             raise ConsoleError("config name: must not be empty")
         delete = form.get("operation") == "delete"
         value = None if delete else form.get("value", "")
         if form.get("confirmed") != "1":
-            current = {c.name: c for c in await run_in_threadpool(source.topic_configs, name)}
+            current = {c.name: c for c in await run_in_threadpool(self.source.topic_configs, name)}
             was = current[key].value if key in current else "(not set)"
             change = "back to its default" if delete else f"to {value}"
             lines = [f"topic {name}: set {key} {change}", f"current value: {was}"]
-            return confirm(
+            return self.confirm(
                 request,
                 f"Change a config of {name}?",
                 lines,
                 form,
                 back=f"/topics/{quote(name, safe='')}",
             )
-        await run_in_threadpool(source.alter_configs, name, {key: value})
-        return done(f"/topics/{quote(name, safe='')}", f"config {key} of {name} changed")
+        await run_in_threadpool(self.source.alter_configs, name, {key: value})
+        return self.done(f"/topics/{quote(name, safe='')}", f"config {key} of {name} changed")
 
-    async def reset_offsets(request: Request) -> Response:
-        writes(request)
+    async def reset_offsets(self, request: Request) -> Response:
+        self.writes(request)
         group = request.path_params["group"]
-        form = await form_of(request)
+        form = await self.form_of(request)
         spec = group_source.reset_spec(form.get("to", ""), form.get("value", ""))
         topic = form.get("topic") or None
         detail, plan = await run_in_threadpool(
-            group_source.plan_group_reset, source, group, spec, topic
+            group_source.plan_group_reset, self.source, group, spec, topic
         )
         back = f"/groups/{quote(group, safe='')}"
         if form.get("confirmed") != "1":
@@ -368,7 +407,7 @@ def build_app(source: ClusterSource, sampler: Sampler, settings: Settings) -> St
             fields["plan"] = ",".join(
                 f"{tp.topic}|{tp.partition}|{o}" for tp, o in plan.offsets.items()
             )
-            return confirm(
+            return self.confirm(
                 request,
                 f"Reset the offsets of group {group}?",
                 [*lines, *plan.warnings],
@@ -376,48 +415,50 @@ def build_app(source: ClusterSource, sampler: Sampler, settings: Settings) -> St
                 back=back,
             )
         offsets = _plan_of(form.get("plan", "")) or plan.offsets
-        await run_in_threadpool(group_source.execute_reset, source, group, offsets)
-        return done(back, f"offsets of group {group} reset ({len(offsets)} partitions)")
+        await run_in_threadpool(group_source.execute_reset, self.source, group, offsets)
+        return self.done(back, f"offsets of group {group} reset ({len(offsets)} partitions)")
 
-    async def abort_transaction(request: Request) -> Response:
-        writes(request)
-        form = await form_of(request)
+    async def abort_transaction(self, request: Request) -> Response:
+        self.writes(request)
+        form = await self.form_of(request)
         tid = form.get("transactional_id", "")
         if form.get("confirmed") != "1":
             lines = [
                 f"abort the open transaction of {tid}: its coordinator aborts it and its "
                 "producer is fenced (InitProducerId)"
             ]
-            return confirm(request, f"Abort {tid}?", lines, form, back="/transactions")
-        await run_in_threadpool(txn_source.fence, source, tid)
-        return done("/transactions", f"transaction of {tid} aborted")
+            return self.confirm(request, f"Abort {tid}?", lines, form, back="/transactions")
+        await run_in_threadpool(txn_source.fence, self.source, tid)
+        return self.done("/transactions", f"transaction of {tid} aborted")
 
-    async def abort_hanging(request: Request) -> Response:
-        writes(request)
-        form = await form_of(request)
+    async def abort_hanging(self, request: Request) -> Response:
+        self.writes(request)
+        form = await self.form_of(request)
         topic = form.get("topic", "")
         partition = _positive(form.get("partition", "0"), "partition", 0)
         start = parse_integer(form.get("start_offset", "0"), "start offset")
         if form.get("confirmed") != "1":
             lines = [f"write an abort marker for the transaction at {topic}-{partition}:{start}"]
-            return confirm(
+            return self.confirm(
                 request, "Abort a hanging transaction?", lines, form, back="/transactions"
             )
-        await run_in_threadpool(txn_source.abort_hanging, source, topic, partition, start)
-        return done("/transactions?scan=1", f"hanging transaction at {topic}-{partition} aborted")
+        await run_in_threadpool(txn_source.abort_hanging, self.source, topic, partition, start)
+        return self.done(
+            "/transactions?scan=1", f"hanging transaction at {topic}-{partition} aborted"
+        )
 
     # --- errors ------------------------------------------------------------------------------
 
-    async def console_error(request: Request, exc: Exception) -> Response:
-        return page(request, "error.html", 400, nav="", message=error_text(exc), status=400)
+    async def console_error(self, request: Request, exc: Exception) -> Response:
+        return self.page(request, "error.html", 400, nav="", message=error_text(exc), status=400)
 
-    async def writes_disabled(request: Request, exc: Exception) -> Response:
+    async def writes_disabled(self, request: Request, exc: Exception) -> Response:
         message = "this console is read-only: start it with --allow-writes to change the cluster"
-        return page(request, "error.html", 403, nav="", message=message, status=403)
+        return self.page(request, "error.html", 403, nav="", message=message, status=403)
 
-    async def http_error(request: Request, exc: Exception) -> Response:
+    async def http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        return page(
+        return self.page(
             request,
             "error.html",
             exc.status_code,
@@ -426,35 +467,9 @@ def build_app(source: ClusterSource, sampler: Sampler, settings: Settings) -> St
             status=exc.status_code,
         )
 
-    async def any_error(request: Request, exc: Exception) -> Response:
+    async def any_error(self, request: Request, exc: Exception) -> Response:
         message = f"{type(exc).__name__}: {error_text(exc)}"
-        return page(request, "error.html", 500, nav="", message=message, status=500)
-
-    handlers: dict[Any, Callable[[Request, Exception], Any]] = {
-        ConsoleError: console_error,
-        WritesDisabled: writes_disabled,
-        HTTPException: http_error,
-        Exception: any_error,
-    }
-    routes = [
-        Route("/", cluster_page),
-        Route("/topics", topics_page),
-        Route("/topics", create_topic, methods=["POST"]),
-        Route("/topics/{name}", topic_page),
-        Route("/topics/{name}/delete", delete_topic, methods=["POST"]),
-        Route("/topics/{name}/configs", alter_configs, methods=["POST"]),
-        Route("/messages", messages_page),
-        Route("/groups", groups_page),
-        Route("/groups/{group}", group_page),
-        Route("/groups/{group}/reset", reset_offsets, methods=["POST"]),
-        Route("/transactions", transactions_page),
-        Route("/transactions/abort", abort_transaction, methods=["POST"]),
-        Route("/transactions/abort-hanging", abort_hanging, methods=["POST"]),
-        Route("/sinks", sinks_page),
-        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
-    ]
-    middleware = [Middleware(LoopbackHostOnly)] if loopback(settings.bind_host) else []
-    return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
+        return self.page(request, "error.html", 500, nav="", message=message, status=500)
 
 
 def foreign_origin(request: Request) -> str | None:

@@ -108,6 +108,12 @@ from broker.protocol.errors import ErrorCode
 
 __all__ = ["Group"]
 
+_SYNC_STATE_ERRORS = {
+    GroupState.EMPTY: ErrorCode.unknown_member_id,
+    GroupState.PREPARING_REBALANCE: ErrorCode.rebalance_in_progress,
+}
+"""A current member's SyncGroup in these states is refused with these errors."""
+
 
 class Group(GroupMetadata):
     """One classic group: Kafka's group state machine driven by requests (JoinGroup,
@@ -196,28 +202,30 @@ class Group(GroupMetadata):
         error = self._validate_current_member(member_id, new.group_instance_id)
         if error is not ErrorCode.none:
             return JoinResult(error, member_id)
-        member = self._members[member_id]
+        return self._rejoin(self._members[member_id], new)
+
+    def _rejoin(self, member: Member, new: Member) -> JoinResult | Pending:
+        """A known member's JoinGroup: by the group's state, the current generation or a
+        rebalance."""
+        member_id = member.member_id
         state = self.state
-        if state is GroupState.PREPARING_REBALANCE:
-            return self._update_member_and_rebalance(member, new)
-        if state is GroupState.COMPLETING_REBALANCE:
-            if member.matches(new.protocols):
-                # It probably lost the JoinGroup response: answer with the current generation.
-                return JoinResult(
-                    ErrorCode.none,
-                    member_id,
-                    self.generation_id,
-                    self.protocol_type,
-                    self.protocol_name,
-                    self.leader_id or "",
-                    False,
-                    self.current_member_metadata() if self.is_leader(member_id) else (),
-                )
-            return self._update_member_and_rebalance(member, new)
-        if state is GroupState.STABLE:
-            if self.is_leader(member_id) or not member.matches(new.protocols):
-                # The leader rejoins to trigger a rebalance (e.g. topic metadata changed).
-                return self._update_member_and_rebalance(member, new)
+        if state is GroupState.COMPLETING_REBALANCE and member.matches(new.protocols):
+            # It probably lost the JoinGroup response: answer with the current generation.
+            return JoinResult(
+                ErrorCode.none,
+                member_id,
+                self.generation_id,
+                self.protocol_type,
+                self.protocol_name,
+                self.leader_id or "",
+                False,
+                self.current_member_metadata() if self.is_leader(member_id) else (),
+            )
+        if (
+            state is GroupState.STABLE
+            and not self.is_leader(member_id)
+            and member.matches(new.protocols)
+        ):
             return JoinResult(
                 ErrorCode.none,
                 member_id,
@@ -226,6 +234,14 @@ class Group(GroupMetadata):
                 self.protocol_name,
                 self.leader_id or "",
             )
+        if state in (
+            GroupState.PREPARING_REBALANCE,
+            GroupState.COMPLETING_REBALANCE,
+            GroupState.STABLE,
+        ):
+            # Stable: the leader rejoins to trigger a rebalance (e.g. topic metadata changed),
+            # or the member's protocols changed.
+            return self._update_member_and_rebalance(member, new)
         return JoinResult(ErrorCode.unknown_member_id, member_id)  # Empty (or Dead)
 
     def _add_member_and_rebalance(self, new: Member) -> Pending:
@@ -432,22 +448,12 @@ class Group(GroupMetadata):
         ``Pending(store=...)``: persist it, then call :meth:`complete_sync`. In Stable the
         member's current assignment is returned at once.
         """
-        if self.state is GroupState.DEAD:
-            return SyncResult(ErrorCode.coordinator_not_available)
-        error = self._validate_current_member(member_id, group_instance_id)
+        error = self._sync_error(
+            member_id, generation_id, group_instance_id, protocol_type, protocol_name
+        )
         if error is not ErrorCode.none:
             return SyncResult(error)
-        if generation_id != self.generation_id:
-            return SyncResult(ErrorCode.illegal_generation)
-        if protocol_type is not None and protocol_type != self.protocol_type:
-            return SyncResult(ErrorCode.inconsistent_group_protocol)
-        if protocol_name is not None and protocol_name != self.protocol_name:
-            return SyncResult(ErrorCode.inconsistent_group_protocol)
         member = self._members[member_id]
-        if self.state is GroupState.EMPTY:
-            return SyncResult(ErrorCode.unknown_member_id)
-        if self.state is GroupState.PREPARING_REBALANCE:
-            return SyncResult(ErrorCode.rebalance_in_progress)
         if self.state is GroupState.STABLE:
             self._pending_sync.discard(member_id)
             member.last_heartbeat_ms = now_ms
@@ -462,6 +468,29 @@ class Group(GroupMetadata):
         given = dict(assignments or {})
         full = {mid: bytes(given.get(mid, b"")) for mid in self._members}
         return Pending(member_id, GroupAssignment(self.generation_id, full))
+
+    def _sync_error(
+        self,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+    ) -> ErrorCode:
+        """Why a SyncGroup is refused (NONE: it is not): a dead group, an unknown member, an
+        old generation, another protocol, or a group not completing nor done rebalancing."""
+        if self.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        error = self._validate_current_member(member_id, group_instance_id)
+        if error is not ErrorCode.none:
+            return error
+        if generation_id != self.generation_id:
+            return ErrorCode.illegal_generation
+        if (protocol_type is not None and protocol_type != self.protocol_type) or (
+            protocol_name is not None and protocol_name != self.protocol_name
+        ):
+            return ErrorCode.inconsistent_group_protocol
+        return _SYNC_STATE_ERRORS.get(self.state, ErrorCode.none)
 
     def complete_sync(
         self,
@@ -625,6 +654,26 @@ class Group(GroupMetadata):
             return ErrorCode.coordinator_not_available
         if generation_id < 0 and self.state is GroupState.EMPTY:
             return ErrorCode.none
+        error = self._committer_error(member_id, generation_id, group_instance_id, transactional)
+        if error is not ErrorCode.none or transactional:
+            return error
+        if self.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        member = self._members.get(member_id)
+        if now_ms is not None and member is not None:
+            member.last_heartbeat_ms = now_ms
+        return ErrorCode.none
+
+    def _committer_error(
+        self,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        transactional: bool,
+    ) -> ErrorCode:
+        """Why the committer may not commit (NONE: it may): a member (or a generation) not
+        current, or, from outside group management, a group not Empty (but for a
+        transactional commit)."""
         if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
             error = self._validate_current_member(member_id, group_instance_id)
             if error is not ErrorCode.none:
@@ -633,13 +682,6 @@ class Group(GroupMetadata):
                 return ErrorCode.illegal_generation
         elif not transactional and self.state is not GroupState.EMPTY:
             return ErrorCode.unknown_member_id
-        if transactional:
-            return ErrorCode.none
-        if self.state is GroupState.COMPLETING_REBALANCE:
-            return ErrorCode.rebalance_in_progress
-        member = self._members.get(member_id)
-        if now_ms is not None and member is not None:
-            member.last_heartbeat_ms = now_ms
         return ErrorCode.none
 
     # -- deletion and unloading -----------------------------------------------------------------

@@ -124,16 +124,7 @@ def apply_records(loaded: LoadedPartition, blobs: Iterable[bytes]) -> None:
     for blob in blobs:
         for header in records.iter_batches(blob, allow_partial_tail=True):
             if header.attributes & records.CONTROL_MASK:  # a transaction marker
-                if header.record_count == 0:
-                    continue  # emptied by compaction: its transaction is gone
-                try:
-                    marker = decode_marker(blob, header)
-                except InvalidControlRecordError as exc:
-                    log.warning("skipping a malformed transaction marker: %s", exc)
-                    continue
-                complete_pending(
-                    loaded.offsets, loaded.pending, header.producer_id, marker.is_commit
-                )
+                _apply_marker(loaded, blob, header)
                 continue
             transactional = bool(header.attributes & records.TRANSACTIONAL_MASK)
             for rec in records.decode_records(blob, header):
@@ -148,22 +139,47 @@ def apply_records(loaded: LoadedPartition, blobs: Iterable[bytes]) -> None:
                 except OffsetsRecordError as exc:
                     log.warning("skipping a malformed __consumer_offsets record: %s", exc)
                     continue
-                if isinstance(key, OffsetKey) and transactional:
-                    if isinstance(value, OffsetValue):
-                        loaded.pending.setdefault(header.producer_id, {}).setdefault(key.group, {})[
-                            TopicPartition(key.topic, key.partition)
-                        ] = value
-                elif isinstance(key, OffsetKey):
-                    tp = TopicPartition(key.topic, key.partition)
-                    group_offsets = loaded.offsets.setdefault(key.group, {})
-                    if value is None:
-                        group_offsets.pop(tp, None)
-                    elif isinstance(value, OffsetValue):
-                        group_offsets[tp] = value
-                elif value is None:
-                    loaded.groups.pop(key.group, None)
-                    loaded.offsets.pop(key.group, None)
-                    loaded.removed_groups.add(key.group)
-                elif isinstance(value, GroupMetadataValue):
-                    loaded.groups[key.group] = value
-                    loaded.removed_groups.discard(key.group)
+                if isinstance(key, OffsetKey):
+                    _apply_offset(loaded, key, value, header.producer_id if transactional else None)
+                else:
+                    _apply_group(loaded, key, value)
+
+
+def _apply_marker(loaded: LoadedPartition, blob: bytes, header: records.BatchHeader) -> None:
+    """A transaction marker: its producer's pending commits become offsets or vanish."""
+    if header.record_count == 0:
+        return  # emptied by compaction: its transaction is gone
+    try:
+        marker = decode_marker(blob, header)
+    except InvalidControlRecordError as exc:
+        log.warning("skipping a malformed transaction marker: %s", exc)
+        return
+    complete_pending(loaded.offsets, loaded.pending, header.producer_id, marker.is_commit)
+
+
+def _apply_offset(
+    loaded: LoadedPartition, key: OffsetKey, value: object, producer_id: int | None
+) -> None:
+    """An offset commit (pending until its marker when transactional: ``producer_id`` set),
+    or a tombstone deleting one."""
+    tp = TopicPartition(key.topic, key.partition)
+    if producer_id is not None:
+        if isinstance(value, OffsetValue):
+            loaded.pending.setdefault(producer_id, {}).setdefault(key.group, {})[tp] = value
+        return
+    group_offsets = loaded.offsets.setdefault(key.group, {})
+    if value is None:
+        group_offsets.pop(tp, None)
+    elif isinstance(value, OffsetValue):
+        group_offsets[tp] = value
+
+
+def _apply_group(loaded: LoadedPartition, key: GroupMetadataKey, value: object) -> None:
+    """A group's metadata, or a tombstone removing the group and its offsets."""
+    if value is None:
+        loaded.groups.pop(key.group, None)
+        loaded.offsets.pop(key.group, None)
+        loaded.removed_groups.add(key.group)
+    elif isinstance(value, GroupMetadataValue):
+        loaded.groups[key.group] = value
+        loaded.removed_groups.discard(key.group)

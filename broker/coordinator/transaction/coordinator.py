@@ -315,35 +315,82 @@ class TransactionCoordinator:
         two-phase timeout, never aborted by the timer) and ``KeepPreparedTxn`` (an Ongoing
         transaction is kept, not aborted, and its pair returned), KIP-939."""
         if transactional_id is None:
-            if enable_two_phase or keep_prepared:
-                return InitProducerResult(ErrorCode.invalid_request)
-            try:
-                return InitProducerResult(ErrorCode.none, await self.producer_ids.next_id(), 0)
-            except KafkaError as exc:
-                return InitProducerResult(exc.code)
-        if not transactional_id:
+            return await self._init_idempotent(enable_two_phase, keep_prepared)
+        timeout = self._init_timeout(
+            transactional_id, timeout_ms, expected, enable_two_phase, keep_prepared
+        )
+        if isinstance(timeout, ErrorCode):
+            return InitProducerResult(timeout)
+        found = await self._transaction_to_init(transactional_id, timeout)
+        if isinstance(found, ErrorCode):
+            return InitProducerResult(found)
+        state, meta = found
+        error, new_pid = await self._new_producer_id(state, meta, expected)
+        if error is not ErrorCode.none:
+            return InitProducerResult(error)
+        plan = plan_init_producer_id(
+            meta,
+            timeout,
+            expected,
+            self.clock.time_ms(),
+            new_pid,
+            keep_prepared=keep_prepared,
+        )
+        if isinstance(plan, ErrorCode):
+            return InitProducerResult(plan)
+        return await self._apply_init(state, meta, plan)
+
+    async def _init_idempotent(
+        self, enable_two_phase: bool, keep_prepared: bool
+    ) -> InitProducerResult:
+        """InitProducerId without a transactional id: a new producer id, epoch 0."""
+        if enable_two_phase or keep_prepared:
             return InitProducerResult(ErrorCode.invalid_request)
+        try:
+            return InitProducerResult(ErrorCode.none, await self.producer_ids.next_id(), 0)
+        except KafkaError as exc:
+            return InitProducerResult(exc.code)
+
+    def _init_timeout(
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        expected: tuple[int, int] | None,
+        enable_two_phase: bool,
+        keep_prepared: bool,
+    ) -> int | ErrorCode:
+        """The transaction timeout an InitProducerId sets (two-phase: its own), or the error
+        of a request to refuse."""
+        if not transactional_id:
+            return ErrorCode.invalid_request
         if keep_prepared and expected is not None:
             # KIP-939: keepPreparedTxn is only for a producer's first InitProducerId
-            return InitProducerResult(ErrorCode.invalid_request)
+            return ErrorCode.invalid_request
         if enable_two_phase:
             if not self.two_phase_enabled:
-                return InitProducerResult(ErrorCode.transactional_id_authorization_failed)
-            timeout_ms = TWO_PHASE_TIMEOUT_MS
-        elif not 0 < timeout_ms <= self.max_timeout_ms:
-            return InitProducerResult(ErrorCode.invalid_transaction_timeout)
+                return ErrorCode.transactional_id_authorization_failed
+            return TWO_PHASE_TIMEOUT_MS
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return ErrorCode.invalid_transaction_timeout
+        return timeout_ms
+
+    async def _transaction_to_init(
+        self, transactional_id: str, timeout_ms: int
+    ) -> tuple[TxnPartition, TransactionMetadata] | ErrorCode:
+        """The transactional id's partition and metadata (new, with a new producer id, if it
+        has none), or the error (not the coordinator, no producer id)."""
         error, state = self._partition_of(transactional_id)
         if state is None:
-            return InitProducerResult(error)
+            return error
         meta = state.transactions.get(transactional_id)
         if meta is None:
             try:
                 pid = await self.producer_ids.next_id()
             except KafkaError as exc:
-                return InitProducerResult(exc.code)
+                return exc.code
             error, state = self._partition_of(transactional_id)
             if state is None:
-                return InitProducerResult(error)
+                return error
             meta = state.transactions.setdefault(
                 transactional_id,
                 TransactionMetadata(
@@ -353,24 +400,27 @@ class TransactionCoordinator:
                     update_ms=self.clock.time_ms(),
                 ),
             )
-        new_pid: int | None = None
-        if needs_new_producer_id(meta, expected):
-            try:
-                new_pid = await self.producer_ids.next_id()
-            except KafkaError as exc:
-                return InitProducerResult(exc.code)
-            if not self._current(state, meta):
-                return InitProducerResult(ErrorCode.not_coordinator)
-        plan = plan_init_producer_id(
-            meta,
-            timeout_ms,
-            expected,
-            self.clock.time_ms(),
-            new_pid,
-            keep_prepared=keep_prepared,
-        )
-        if isinstance(plan, ErrorCode):
-            return InitProducerResult(plan)
+        return state, meta
+
+    async def _new_producer_id(
+        self, state: TxnPartition, meta: TransactionMetadata, expected: tuple[int, int] | None
+    ) -> tuple[ErrorCode, int | None]:
+        """A new producer id if the InitProducerId needs one (else None), or the error."""
+        if not needs_new_producer_id(meta, expected):
+            return ErrorCode.none, None
+        try:
+            new_pid = await self.producer_ids.next_id()
+        except KafkaError as exc:
+            return exc.code, None
+        if not self._current(state, meta):
+            return ErrorCode.not_coordinator, None
+        return ErrorCode.none, new_pid
+
+    async def _apply_init(
+        self, state: TxnPartition, meta: TransactionMetadata, plan: TxnTransit
+    ) -> InitProducerResult:
+        """Carry out an InitProducerId's plan: fence the open transaction (the client
+        retries), or write the new producer id and epoch."""
         if plan.state is TxnState.PREPARE_EPOCH_FENCE:
             # abort the open transaction with the bumped epoch; the client retries
             code = await self._end_transaction(
@@ -389,7 +439,7 @@ class TransactionCoordinator:
             return InitProducerResult(code)
         log.info(
             "initialized transactional id %s with producer id %d epoch %d%s",
-            transactional_id,
+            meta.transactional_id,
             meta.producer_id,
             meta.producer_epoch,
             (

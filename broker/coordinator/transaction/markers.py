@@ -222,31 +222,7 @@ class TransactionMarkerChannel:
         self, broker_id: int, batch: list[tuple[PendingMarkers, list[TopicPartition]]]
     ) -> bool:
         """One WriteTxnMarkers request; returns True if something must be retried."""
-        from kio.schema.write_txn_markers.v1.request import (
-            WritableTxnMarker,
-            WritableTxnMarkerTopic,
-            WriteTxnMarkersRequest,
-        )
-
-        k: Any = WritableTxnMarker
-        markers = []
-        for p, tps in batch:
-            topics: dict[str, list[int]] = {}
-            for tp in tps:
-                topics.setdefault(tp.topic, []).append(tp.partition)
-            markers.append(
-                k(
-                    producer_id=p.producer_id,
-                    producer_epoch=p.producer_epoch,
-                    transaction_result=p.result is TransactionResult.COMMIT,
-                    topics=tuple(
-                        WritableTxnMarkerTopic(name=t, partition_indexes=tuple(ps))  # type: ignore[arg-type]
-                        for t, ps in sorted(topics.items())
-                    ),
-                    coordinator_epoch=p.coordinator_epoch,
-                )
-            )
-        request = WriteTxnMarkersRequest(markers=tuple(markers))
+        request = _markers_request(batch)
         try:
             response = await self._pool.request(
                 broker_id, WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, request
@@ -257,42 +233,14 @@ class TransactionMarkerChannel:
                 p.in_flight.difference_update(tps)
             return True
         retry = False
-        results: dict[int, dict[TopicPartition, ErrorCode]] = {}
-        for marker in response.markers:
-            codes = results.setdefault(int(marker.producer_id), {})
-            for topic in marker.topics:
-                for part in topic.partitions:
-                    codes[TopicPartition(str(topic.name), int(part.partition_index))] = ErrorCode(
-                        int(part.error_code)
-                    )
+        results = _response_codes(response)
         for p, tps in batch:
             p.in_flight.difference_update(tps)
             codes = results.get(p.producer_id, {})
             for tp in tps:
                 code = codes.get(tp, ErrorCode.unknown_server_error)
-                if p.abandoned:
-                    continue
-                if code is ErrorCode.none:
-                    p.remaining.discard(tp)
-                elif code in _RETRIABLE:
+                if not p.abandoned and _settle(p, tp, code):
                     retry = True
-                elif code in _FENCED:
-                    log.warning(
-                        "%s: marker for %s refused with %s; a newer coordinator or producer "
-                        "epoch owns the transaction, giving up",
-                        p.transactional_id,
-                        tp,
-                        code.name,
-                    )
-                    p.abandoned = True
-                else:
-                    log.error(
-                        "%s: marker for %s failed with %s; giving up on the transaction",
-                        p.transactional_id,
-                        tp,
-                        code.name,
-                    )
-                    p.abandoned = True
         self._pending = [p for p in self._pending if not p.abandoned]
         return retry
 
@@ -316,3 +264,72 @@ class TransactionMarkerChannel:
             await p.on_complete(p)
         except Exception:
             log.exception("%s: completing the transaction failed", p.transactional_id)
+
+
+def _markers_request(batch: list[tuple[PendingMarkers, list[TopicPartition]]]) -> Any:
+    """The WriteTxnMarkers request writing ``batch``'s markers."""
+    from kio.schema.write_txn_markers.v1.request import (
+        WritableTxnMarker,
+        WritableTxnMarkerTopic,
+        WriteTxnMarkersRequest,
+    )
+
+    k: Any = WritableTxnMarker
+    markers = []
+    for p, tps in batch:
+        topics: dict[str, list[int]] = {}
+        for tp in tps:
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        markers.append(
+            k(
+                producer_id=p.producer_id,
+                producer_epoch=p.producer_epoch,
+                transaction_result=p.result is TransactionResult.COMMIT,
+                topics=tuple(
+                    WritableTxnMarkerTopic(name=t, partition_indexes=tuple(ps))  # type: ignore[arg-type]
+                    for t, ps in sorted(topics.items())
+                ),
+                coordinator_epoch=p.coordinator_epoch,
+            )
+        )
+    return WriteTxnMarkersRequest(markers=tuple(markers))
+
+
+def _response_codes(response: Any) -> dict[int, dict[TopicPartition, ErrorCode]]:
+    """A WriteTxnMarkers response's error codes, by producer id and partition."""
+    results: dict[int, dict[TopicPartition, ErrorCode]] = {}
+    for marker in response.markers:
+        codes = results.setdefault(int(marker.producer_id), {})
+        for topic in marker.topics:
+            for part in topic.partitions:
+                codes[TopicPartition(str(topic.name), int(part.partition_index))] = ErrorCode(
+                    int(part.error_code)
+                )
+    return results
+
+
+def _settle(p: PendingMarkers, tp: TopicPartition, code: ErrorCode) -> bool:
+    """Take a partition's answer into account: written, to retry (returns True), or the
+    transaction given up (fenced, or failed)."""
+    if code is ErrorCode.none:
+        p.remaining.discard(tp)
+    elif code in _RETRIABLE:
+        return True
+    elif code in _FENCED:
+        log.warning(
+            "%s: marker for %s refused with %s; a newer coordinator or producer "
+            "epoch owns the transaction, giving up",
+            p.transactional_id,
+            tp,
+            code.name,
+        )
+        p.abandoned = True
+    else:
+        log.error(
+            "%s: marker for %s failed with %s; giving up on the transaction",
+            p.transactional_id,
+            tp,
+            code.name,
+        )
+        p.abandoned = True
+    return False

@@ -564,20 +564,10 @@ def plan_init_producer_id(
     open transaction must be aborted first (the client is told CONCURRENT_TRANSACTIONS and
     retries). ``new_producer_id`` must be given when :func:`needs_new_producer_id` says so.
     """
-    if meta.pending is not None:
-        return ErrorCode.concurrent_transactions
-    if expected is not None:
-        pid, epoch = expected
-        valid = (
-            meta.producer_epoch == NO_PRODUCER_EPOCH
-            or pid == meta.producer_id
-            or (pid == meta.previous_producer_id and epoch_exhausted(epoch))
-        )
-        if not valid:
-            return ErrorCode.producer_fenced
+    refusal = _init_refusal(meta, expected)
+    if refusal is not None:
+        return refusal
     state = meta.state
-    if state in (TxnState.PREPARE_ABORT, TxnState.PREPARE_COMMIT):
-        return ErrorCode.concurrent_transactions
     if state in (TxnState.COMPLETE_ABORT, TxnState.COMPLETE_COMMIT, TxnState.EMPTY):
         if needs_new_producer_id(meta, expected):
             if new_producer_id is None:
@@ -589,14 +579,33 @@ def plan_init_producer_id(
             timeout_ms, None if expected is None else expected[1], now_ms
         )
     if state is TxnState.ONGOING:
-        if keep_prepared:
-            if meta.epoch_exhausted:
-                return ErrorCode.invalid_txn_state
-            return meta.prepare_keep_prepared(timeout_ms, now_ms)
-        return meta.prepare_fence_epoch(now_ms)
+        if not keep_prepared:
+            return meta.prepare_fence_epoch(now_ms)
+        if meta.epoch_exhausted:
+            return ErrorCode.invalid_txn_state
+        return meta.prepare_keep_prepared(timeout_ms, now_ms)
     raise IllegalTransitionError(
         f"{meta.transactional_id}: found in state {state.display_name}, which is never stored"
     )
+
+
+def _init_refusal(meta: TransactionMetadata, expected: tuple[int, int] | None) -> ErrorCode | None:
+    """The error of an InitProducerId to refuse at once (None: plan it): a transition under
+    way, a fenced (producer id, epoch), or a transaction being ended."""
+    if meta.pending is not None:
+        return ErrorCode.concurrent_transactions
+    if expected is not None:
+        pid, epoch = expected
+        valid = (
+            meta.producer_epoch == NO_PRODUCER_EPOCH
+            or pid == meta.producer_id
+            or (pid == meta.previous_producer_id and epoch_exhausted(epoch))
+        )
+        if not valid:
+            return ErrorCode.producer_fenced
+    if meta.state in (TxnState.PREPARE_ABORT, TxnState.PREPARE_COMMIT):
+        return ErrorCode.concurrent_transactions
+    return None
 
 
 def plan_add_partitions(
@@ -675,35 +684,60 @@ def plan_end_txn(
         return ErrorCode.concurrent_transactions
     state = meta.state
     if state is TxnState.ONGOING:
-        target = (
-            TxnState.PREPARE_COMMIT
-            if result is TransactionResult.COMMIT
-            else TxnState.PREPARE_ABORT
-        )
-        if fencing:
-            if target is not TxnState.PREPARE_ABORT:
-                raise IllegalTransitionError("a fenced transaction can only be aborted")
-            meta.pending = None
-            meta.producer_epoch = producer_epoch
-            meta.last_producer_epoch = NO_PRODUCER_EPOCH
-        return meta.prepare_abort_or_commit(target, now_ms)
-    same = {
-        TxnState.COMPLETE_COMMIT: TransactionResult.COMMIT,
-        TxnState.COMPLETE_ABORT: TransactionResult.ABORT,
-        TxnState.PREPARE_COMMIT: TransactionResult.COMMIT,
-        TxnState.PREPARE_ABORT: TransactionResult.ABORT,
-    }.get(state)
-    if same is not None:
-        if same is not result:
-            return ErrorCode.invalid_txn_state
-        if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-            return ErrorCode.none  # a retry after success succeeds
-        return ErrorCode.concurrent_transactions
+        return _prepare_end(meta, producer_epoch, result, fencing=fencing, now_ms=now_ms)
+    retried = _ended_answer(state, result)
+    if retried is not None:
+        return retried
     if state is TxnState.EMPTY:
         return ErrorCode.invalid_txn_state
     raise IllegalTransitionError(
         f"{meta.transactional_id}: found in state {state.display_name}, which is never stored"
     )
+
+
+def _prepare_end(
+    meta: TransactionMetadata,
+    producer_epoch: int,
+    result: TransactionResult,
+    *,
+    fencing: bool,
+    now_ms: int,
+) -> TxnTransit:
+    """The PrepareCommit/PrepareAbort target of an ongoing transaction (after a fence: the
+    bumped epoch made the metadata's now)."""
+    target = (
+        TxnState.PREPARE_COMMIT if result is TransactionResult.COMMIT else TxnState.PREPARE_ABORT
+    )
+    if fencing:
+        if target is not TxnState.PREPARE_ABORT:
+            raise IllegalTransitionError("a fenced transaction can only be aborted")
+        meta.pending = None
+        meta.producer_epoch = producer_epoch
+        meta.last_producer_epoch = NO_PRODUCER_EPOCH
+    return meta.prepare_abort_or_commit(target, now_ms)
+
+
+_ENDING_RESULTS = {
+    TxnState.COMPLETE_COMMIT: TransactionResult.COMMIT,
+    TxnState.COMPLETE_ABORT: TransactionResult.ABORT,
+    TxnState.PREPARE_COMMIT: TransactionResult.COMMIT,
+    TxnState.PREPARE_ABORT: TransactionResult.ABORT,
+}
+"""The result of a transaction being ended (Prepare*) or ended (Complete*) in each state."""
+
+
+def _ended_answer(state: TxnState, result: TransactionResult) -> ErrorCode | None:
+    """EndTxn of a transaction being or already ended: NONE for a retry after success,
+    CONCURRENT_TRANSACTIONS while it ends, INVALID_TXN_STATE for the other result; None in
+    other states."""
+    ending = _ENDING_RESULTS.get(state)
+    if ending is None:
+        return None
+    if ending is not result:
+        return ErrorCode.invalid_txn_state
+    if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+        return ErrorCode.none  # a retry after success succeeds
+    return ErrorCode.concurrent_transactions
 
 
 def plan_complete(

@@ -155,61 +155,67 @@ def encode_value(value: TransactionLogValue, version: int | None = None) -> byte
     w.int16(value.producer_epoch, "producer_epoch")
     w.int32(value.timeout_ms, "transaction_timeout_ms")
     w.int8(value.state.id, "transaction_status")
-    if value.state is TxnState.EMPTY:
-        w.array_length(None)
-    else:
-        by_topic: dict[str, list[int]] = {}
-        for tp in value.partitions:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        w.array_length(len(by_topic))
-        for topic in sorted(by_topic):
-            w.string(topic, "topic")
-            ids = sorted(by_topic[topic])
-            w.array_length(len(ids))
-            for p in ids:
-                w.int32(p, "partition_ids")
-            w.tagged_fields()
+    _write_partitions(w, value)
     w.int64(value.last_update_ms, "transaction_last_update_timestamp_ms")
     w.int64(value.start_ms, "transaction_start_timestamp_ms")
     if flexible:
-        tags: list[tuple[int, bytes]] = []
-        if value.previous_producer_id != _NO_PRODUCER_ID:
-            tags.append(
-                (
-                    _TAG_PREVIOUS_PRODUCER_ID,
-                    value.previous_producer_id.to_bytes(8, "big", signed=True),
-                )
-            )
-        if value.next_producer_id != _NO_PRODUCER_ID:
-            tags.append(
-                (_TAG_NEXT_PRODUCER_ID, value.next_producer_id.to_bytes(8, "big", signed=True))
-            )
-        if value.client_transaction_version != 0:
-            tags.append(
-                (
-                    _TAG_CLIENT_TRANSACTION_VERSION,
-                    value.client_transaction_version.to_bytes(2, "big", signed=True),
-                )
-            )
-        if value.ongoing_producer_id != _NO_PRODUCER_ID:
-            tags.append(
-                (
-                    _TAG_ONGOING_PRODUCER_ID,
-                    value.ongoing_producer_id.to_bytes(8, "big", signed=True),
-                )
-            )
-            tags.append(
-                (
-                    _TAG_ONGOING_PRODUCER_EPOCH,
-                    value.ongoing_producer_epoch.to_bytes(2, "big", signed=True),
-                )
-            )
+        tags = _value_tags(value)
         w.uvarint(len(tags))
         for tag, raw in tags:
             w.uvarint(tag)
             w.uvarint(len(raw))
             w.raw(raw)
     return w.getvalue()
+
+
+def _write_partitions(w: MessageWriter, value: TransactionLogValue) -> None:
+    """The partitions, by topic (a null array for the Empty state)."""
+    if value.state is TxnState.EMPTY:
+        w.array_length(None)
+        return
+    by_topic: dict[str, list[int]] = {}
+    for tp in value.partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    w.array_length(len(by_topic))
+    for topic in sorted(by_topic):
+        w.string(topic, "topic")
+        ids = sorted(by_topic[topic])
+        w.array_length(len(ids))
+        for p in ids:
+            w.int32(p, "partition_ids")
+        w.tagged_fields()
+
+
+def _value_tags(value: TransactionLogValue) -> list[tuple[int, bytes]]:
+    """The tagged fields of a flexible value (those not at their defaults), in tag order."""
+    ongoing = value.ongoing_producer_id != _NO_PRODUCER_ID
+    fields = (
+        (
+            _TAG_PREVIOUS_PRODUCER_ID,
+            value.previous_producer_id,
+            8,
+            value.previous_producer_id != _NO_PRODUCER_ID,
+        ),
+        (
+            _TAG_NEXT_PRODUCER_ID,
+            value.next_producer_id,
+            8,
+            value.next_producer_id != _NO_PRODUCER_ID,
+        ),
+        (
+            _TAG_CLIENT_TRANSACTION_VERSION,
+            value.client_transaction_version,
+            2,
+            value.client_transaction_version != 0,
+        ),
+        (_TAG_ONGOING_PRODUCER_ID, value.ongoing_producer_id, 8, ongoing),
+        (_TAG_ONGOING_PRODUCER_EPOCH, value.ongoing_producer_epoch, 2, ongoing),
+    )
+    return [
+        (tag, field.to_bytes(size, "big", signed=True))
+        for tag, field, size, present in fields
+        if present
+    ]
 
 
 def decode_value(data: bytes | bytearray | memoryview | None) -> TransactionLogValue | None:
@@ -229,36 +235,10 @@ def decode_value(data: bytes | bytearray | memoryview | None) -> TransactionLogV
         state = TxnState.from_id(status)
     except ValueError as exc:
         raise r.error(str(exc)) from exc
-    partitions: set[TopicPartition] = set()
-    count = r.nullable_array_length("transaction_partitions", min_element_bytes=6)
-    for _ in range(count or 0):
-        topic = r.string("topic")
-        for _ in range(r.array_length("partition_ids", min_element_bytes=4)):
-            partitions.add(TopicPartition(topic, r.int32("partition_ids")))
-        r.tagged_fields()
+    partitions = _read_partitions(r)
     last_update_ms = r.int64("transaction_last_update_timestamp_ms")
     start_ms = r.int64("transaction_start_timestamp_ms")
-    previous = nxt = ongoing_id = _NO_PRODUCER_ID
-    ongoing_epoch = _NO_PRODUCER_EPOCH
-    client_version = 0
-    if r.flexible:
-        for _ in range(r.uvarint("tagged field count")):
-            tag = r.uvarint("tag")
-            size = r.uvarint("tagged field size")
-            if tag in (_TAG_PREVIOUS_PRODUCER_ID, _TAG_NEXT_PRODUCER_ID) and size == 8:
-                field = r.int64("tagged producer id")
-                if tag == _TAG_PREVIOUS_PRODUCER_ID:
-                    previous = field
-                else:
-                    nxt = field
-            elif tag == _TAG_CLIENT_TRANSACTION_VERSION and size == 2:
-                client_version = r.int16("client_transaction_version")
-            elif tag == _TAG_ONGOING_PRODUCER_ID and size == 8:
-                ongoing_id = r.int64("ongoing_producer_id")
-            elif tag == _TAG_ONGOING_PRODUCER_EPOCH and size == 2:
-                ongoing_epoch = r.int16("ongoing_producer_epoch")
-            else:
-                r.raw(size, "tagged field")
+    tagged = _read_tags(r) if r.flexible else {}
     r.finish()
     if state is TxnState.EMPTY:
         partitions = set()  # Kafka ignores partitions of an Empty transaction
@@ -270,9 +250,47 @@ def decode_value(data: bytes | bytearray | memoryview | None) -> TransactionLogV
         partitions=frozenset(partitions),
         last_update_ms=last_update_ms,
         start_ms=start_ms,
-        previous_producer_id=previous,
-        next_producer_id=nxt,
-        client_transaction_version=client_version,
-        ongoing_producer_id=ongoing_id,
-        ongoing_producer_epoch=ongoing_epoch,
+        previous_producer_id=tagged.get(_TAG_PREVIOUS_PRODUCER_ID, _NO_PRODUCER_ID),
+        next_producer_id=tagged.get(_TAG_NEXT_PRODUCER_ID, _NO_PRODUCER_ID),
+        client_transaction_version=tagged.get(_TAG_CLIENT_TRANSACTION_VERSION, 0),
+        ongoing_producer_id=tagged.get(_TAG_ONGOING_PRODUCER_ID, _NO_PRODUCER_ID),
+        ongoing_producer_epoch=tagged.get(_TAG_ONGOING_PRODUCER_EPOCH, _NO_PRODUCER_EPOCH),
     )
+
+
+def _read_partitions(r: MessageReader) -> set[TopicPartition]:
+    """The partitions (a null array: none)."""
+    partitions: set[TopicPartition] = set()
+    count = r.nullable_array_length("transaction_partitions", min_element_bytes=6)
+    for _ in range(count or 0):
+        topic = r.string("topic")
+        for _ in range(r.array_length("partition_ids", min_element_bytes=4)):
+            partitions.add(TopicPartition(topic, r.int32("partition_ids")))
+        r.tagged_fields()
+    return partitions
+
+
+_TAGGED_FIELDS = {
+    _TAG_PREVIOUS_PRODUCER_ID: (8, "tagged producer id"),
+    _TAG_NEXT_PRODUCER_ID: (8, "tagged producer id"),
+    _TAG_CLIENT_TRANSACTION_VERSION: (2, "client_transaction_version"),
+    _TAG_ONGOING_PRODUCER_ID: (8, "ongoing_producer_id"),
+    _TAG_ONGOING_PRODUCER_EPOCH: (2, "ongoing_producer_epoch"),
+}
+"""The tagged fields of a value: each one's size (int64 or int16) and name."""
+
+
+def _read_tags(r: MessageReader) -> dict[int, int]:
+    """A flexible value's known tagged fields, by tag (others, or of another size, skipped)."""
+    fields: dict[int, int] = {}
+    for _ in range(r.uvarint("tagged field count")):
+        tag = r.uvarint("tag")
+        size = r.uvarint("tagged field size")
+        known = _TAGGED_FIELDS.get(tag)
+        if known is None or known[0] != size:
+            r.raw(size, "tagged field")
+        elif size == 8:
+            fields[tag] = r.int64(known[1])
+        else:
+            fields[tag] = r.int16(known[1])
+    return fields
