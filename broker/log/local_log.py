@@ -144,6 +144,8 @@ class LocalLog:
         self._pending_roll_flush: int | None = None
         self._pending_deletes: list[_PendingDelete] = []
         self._dir_dirty = False
+        self._parent_dirty = False
+        """The log dir's entry for this directory is not on disk yet (a new log)."""
         self._truncations = 0  # bumped by truncation, so a concurrent flush can tell
         self._closed = False
 
@@ -155,6 +157,12 @@ class LocalLog:
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
         self._dir_dirty = dir_dirty
+
+    def mark_created(self) -> None:
+        """This log's directory was just created: fsync the log dir holding it (and this
+        directory) at the first flush."""
+        self._parent_dirty = True
+        self._dir_dirty = True
 
     def sync_dir_if_dirty(self) -> None:
         """fsync the directory if files were created or removed since the last time."""
@@ -559,6 +567,9 @@ class LocalLog:
         if self._dir_dirty:
             self._dir_dirty = False
             fsync_dir(self.dir)
+        if self._parent_dirty:
+            self._parent_dirty = False
+            fsync_dir(self.dir.parent)
         if truncations == self._truncations:
             self._recovery_point = max(self._recovery_point, target)
             pending = self._pending_roll_flush

@@ -56,7 +56,6 @@ from pathlib import Path
 
 from broker.clock import Clock
 from broker.log import log_validator
-from broker.log.checkpoints import fsync_dir
 from broker.log.errors import LogDirOfflineError, OffsetOutOfRangeError
 from broker.log.file_records import FetchSlice
 from broker.log.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
@@ -191,8 +190,6 @@ class Log:
         tp = parse_topic_partition(directory.name)
         created = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
-        if created:
-            fsync_dir(directory.parent)
         log = cls(
             directory,
             config,
@@ -201,10 +198,24 @@ class Log:
             producer_id_expiration_ms=producer_id_expiration_ms,
             dir_status=dir_status,
         )
-        log._load(recovery_point, log_start_offset, clean_shutdown)
+        # A new log's directory entries (its directory in the log dir, its first segment)
+        # reach the disk at its first flush, as in Kafka (LocalLog.flush flushes the
+        # directory of new segments): creating 10,000 partitions must not cost 30,000
+        # fsyncs. Until then a power loss may lose the empty log; its replica is then
+        # created again and fetched from the leader.
+        log._load(recovery_point, log_start_offset, clean_shutdown, sync_dir=not created)
+        if created:
+            log._local.mark_created()
         return log
 
-    def _load(self, recovery_point: int, log_start_offset: int, clean_shutdown: bool) -> None:
+    def _load(
+        self,
+        recovery_point: int,
+        log_start_offset: int,
+        clean_shutdown: bool,
+        *,
+        sync_dir: bool = True,
+    ) -> None:
         local = self._local
         loader = LogLoader(
             local.dir,
@@ -231,7 +242,8 @@ class Log:
                 leo,
             )
             self.truncate_fully_and_start_at(local.log_start_offset)
-        local.sync_dir_if_dirty()
+        if sync_dir:
+            local.sync_dir_if_dirty()
         logger.info(
             "loaded %s: %d segments, offsets %d..%d, recovery point %d",
             local.topic_partition,

@@ -34,6 +34,7 @@ thread concurrently with the loop (they work on snapshots and only fsync and wri
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import shutil
@@ -283,10 +284,9 @@ class LogManager:
             raise LogDirOfflineError(
                 f"no online log dir: {', '.join(str(d) for d in self.log_dirs)} are offline"
             )
-        counts = dict.fromkeys(live, 0)
-        for d in self._dir_of.values():
-            if d in counts:
-                counts[d] += 1
+        if len(live) == 1:
+            return live[0]  # no count: creating N logs must not cost N^2
+        counts = collections.Counter(self._dir_of.values())
         return min(live, key=lambda d: counts[d])
 
     def delete_log(self, tp: TopicPartition) -> None:
