@@ -1,19 +1,51 @@
-"""Fixtures shared by every test tier. Keep this file small; tier-specific fixtures live in the
-tier's own conftest.py.
+"""Fixtures and hooks shared by every test tier. Keep this file small; what only one tier
+uses lives in that tier's own conftest.py (the Spark tier's ``spark`` session).
 
 * ``zookeeper`` (session-scoped): the connect string (``127.0.0.1:PORT``) of one embedded
   ZooKeeper started from pyspark's jars (tickTime 500 ms, so sessions may be as short as
   1 s); stopped by its pid at teardown, even when tests fail. Tests that need isolation use a
   chroot of their own: ``f"{zookeeper}/{unique_name}"`` (ZkClient creates it).
+* ``cluster`` (module-scoped), ``cluster_factory``, ``topic_name``: the real-broker cluster
+  harness of the integration, fuzz, console and Spark tiers (``tests/harness/fixtures.py``;
+  ``tests/harness/cluster.py`` says what a ``Cluster`` offers). A cluster is started with
+  ``millrace cluster up`` in a temporary directory on free loopback ports and torn down
+  with ``millrace cluster down``; whatever is still alive afterwards is SIGKILLed by pid, so
+  a failing test never leaks ZooKeeper or a broker.
+* the ``cluster_config`` marker (the ``cluster`` fixture's broker count and properties), and
+  the report hook that attaches the tail of every running cluster's broker output to a
+  failed test's report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from tests.harness.fixtures import (  # noqa: F401 - fixtures used by the tiers
+    attach_cluster_output,
+    cluster,
+    cluster_factory,
+    topic_name,
+)
 from tests.harness.ports import free_port
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "cluster_config(props=None, brokers=1, **props): broker count and properties (--set) "
+        "for the module's cluster fixture; underscores in keyword names become dots",
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """On failure, attach the tail of every running cluster's broker output to the report."""
+    report = yield
+    attach_cluster_output(report)
+    return report
 
 
 @pytest.fixture(scope="session")

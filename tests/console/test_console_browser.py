@@ -42,6 +42,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.console.console_process import ROOT, Console, http
+from tests.harness.waiting import wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -699,10 +700,7 @@ def test_create_change_and_delete_a_topic(
     by_id(browser, "typed").send_keys("created-by-console")
     submit_confirm(browser)
     wait(browser, lambda d: css(d, "#notice"))
-    deadline = time.monotonic() + 20
-    while "created-by-console" in world.topics():
-        assert time.monotonic() < deadline, "topic not deleted"
-        time.sleep(0.3)
+    wait_for(lambda: "created-by-console" not in world.topics(), 60, "the topic deleted")
 
 
 def test_reset_offsets_of_an_empty_group(console: Console, browser: Any, world: World) -> None:
@@ -784,11 +782,7 @@ def test_console_from_bootstrap_servers_only(cluster: Any, world: World) -> None
             assert f"<td>{b['host']}:{b['port']}</td>" in html
         assert 'id="no-metrics"' in html and "/metrics" not in html
         assert 'aria-label="Produce rate per topic"' in html
-        deadline = time.monotonic() + 15
-        while "<polyline" not in html:
-            assert time.monotonic() < deadline, "no plot without metrics URLs"
-            time.sleep(0.5)
-            status, html = c.get("/")
+        wait_for(lambda: "<polyline" in c.get("/")[1], 30, "a plot drawn without metrics URLs")
         status, html = c.get(f"/topics/{TOPIC}")
         assert status == 200, html
         assert 'id="no-metrics"' in html

@@ -131,8 +131,90 @@ def _save_history(directory: Path, running: dict[str, Any], final: list[Any]) ->
         (directory / "views.json").write_text(json.dumps(views))
 
 
+def _start_workloads(bootstrap: str, chosen: list[str], seed: int, running: dict[str, Any]) -> None:
+    """Create the chosen workloads' topics and start the workloads, each entered in
+    ``running`` by name as soon as it exists (the caller stops whatever is there)."""
+    from tests.fault import workloads
+
+    for name in ("producers", "group", "transactions", "copies"):
+        wanted = name if name != "copies" else "transactions"
+        if wanted in chosen or (name == "producers" and "views" in chosen):
+            workloads.create_topic(bootstrap, TOPICS[name], PARTITIONS)
+    if "producers" in chosen or "views" in chosen:
+        running["producers"] = workloads.Producers(bootstrap, TOPICS["producers"])
+    if "views" in chosen:
+        running["views"] = workloads.ConsumerViews(bootstrap, TOPICS["producers"])
+    if "group" in chosen:
+        running["group"] = workloads.Group(bootstrap, TOPICS["group"])
+    if "transactions" in chosen:
+        running["transactions"] = workloads.Transactions(
+            bootstrap, TOPICS["transactions"], TOPICS["copies"], seed=seed
+        )
+    for w in running.values():
+        w.start()
+
+
+def _inject_faults(scheduler: Any, args: argparse.Namespace) -> None:
+    """``args.faults`` faults, of the kinds in turn (``--cycle``) or at random."""
+    for number in range(1, args.faults + 1):
+        if args.cycle:
+            kind = scheduler.kinds[(number - 1) % len(scheduler.kinds)]
+        else:
+            kind = scheduler.rng.choice(scheduler.kinds)
+        event = scheduler.inject(number, kind)
+        progress(
+            f"fault {number}/{args.faults}: {event.kind} {event.target}"
+            f"{' (' + event.note + ')' if event.note else ''}, held {event.held_s}s, "
+            f"recovered in {event.recovered_s}s"
+        )
+
+
+def _check_workloads(
+    cluster: Any, bootstrap: str, running: dict[str, Any], chosen: list[str]
+) -> tuple[dict[str, dict[str, int]], list[Any]]:
+    """Read the producers' topic back and run every workload's checker; returns the counts
+    by workload and the final read."""
+    from tests.fault import workloads
+
+    final_w1 = workloads.read_all(bootstrap, TOPICS["producers"]) if "producers" in running else []
+    results: dict[str, dict[str, int]] = {}
+    if "producers" in running and "producers" in chosen:
+        origins = _batch_origins(cluster, TOPICS["producers"])
+        results["producers"] = running["producers"].check(final_w1, origins)
+    if "views" in running:
+        results["views"] = running["views"].check(final_w1)
+    if "group" in running:
+        results["group"] = running["group"].check()
+    if "transactions" in running:
+        results["transactions"] = running["transactions"].check()
+    return results, final_w1
+
+
+def _report_results(
+    report: dict[str, Any],
+    scheduler: Any,
+    running: dict[str, Any],
+    results: dict[str, dict[str, int]],
+) -> None:
+    """The faults, the crashes, the client errors and the anomalies the checkers' counts
+    show into ``report``."""
+    from tests.fault import faults
+
+    report["faults"] = faults.summary(scheduler.events)
+    report["faults_injected"] = len(scheduler.events)
+    report["broker_crashes"] = scheduler.crashes
+    report["client_error_messages"] = {
+        name: errors for name, w in running.items() if (errors := _client_errors(w))
+    }
+    report["anomalies"] = {
+        name: found for name, counts in results.items() if (found := checks.anomalies(counts))
+    }
+    if scheduler.crashes:
+        report["anomalies"]["cluster"] = {"broker_crashes": len(scheduler.crashes)}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from tests.fault import faults, workloads
+    from tests.fault import faults
     from tests.fault.cluster import FaultCluster
 
     run_dir = Path(args.dir).absolute()
@@ -160,41 +242,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cluster.start()
         CLIENT_SETTINGS.update(cluster.client_settings)  # a secured run: every client as admin
         bootstrap = cluster.bootstrap
-        for name in ("producers", "group", "transactions", "copies"):
-            wanted = name if name != "copies" else "transactions"
-            if wanted in chosen or (name == "producers" and "views" in chosen):
-                workloads.create_topic(bootstrap, TOPICS[name], PARTITIONS)
-        if "producers" in chosen or "views" in chosen:
-            running["producers"] = workloads.Producers(bootstrap, TOPICS["producers"])
-        if "views" in chosen:
-            running["views"] = workloads.ConsumerViews(bootstrap, TOPICS["producers"])
-        if "group" in chosen:
-            running["group"] = workloads.Group(bootstrap, TOPICS["group"])
-        if "transactions" in chosen:
-            running["transactions"] = workloads.Transactions(
-                bootstrap, TOPICS["transactions"], TOPICS["copies"], seed=args.seed
-            )
-        for w in running.values():
-            w.start()
+        _start_workloads(bootstrap, chosen, args.seed, running)
         progress(f"workloads {sorted(running)} running; warming up")
-        time.sleep(args.warmup)
+        time.sleep(args.warmup)  # the workloads run fault-free for --warmup seconds
         scheduler = faults.Scheduler(
             cluster,
             args.seed,
             kinds=tuple(args.kinds),
             corrupt_topics=tuple(TOPICS[n] for n in ("producers", "group", "transactions")),
         )
-        for number in range(1, args.faults + 1):
-            if args.cycle:
-                kind = scheduler.kinds[(number - 1) % len(scheduler.kinds)]
-            else:
-                kind = scheduler.rng.choice(scheduler.kinds)
-            event = scheduler.inject(number, kind)
-            progress(
-                f"fault {number}/{args.faults}: {event.kind} {event.target}"
-                f"{' (' + event.note + ')' if event.note else ''}, held {event.held_s}s, "
-                f"recovered in {event.recovered_s}s"
-            )
+        _inject_faults(scheduler, args)
         progress("healing; waiting for every ISR to be whole")
         scheduler.recover()
         topics = [
@@ -203,37 +260,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if n in running or (n == "copies" and "transactions" in running)
         ]
         report["isr_whole_at_end"] = _full_isr(bootstrap, topics, 180)
-        time.sleep(args.settle)
+        time.sleep(args.settle)  # the workloads run on the healed cluster for --settle seconds
         progress("stopping the workloads")
         for w in running.values():
             w.stop()
         progress("reading back and checking")
-        final_w1 = (
-            workloads.read_all(bootstrap, TOPICS["producers"]) if "producers" in running else []
-        )
-        results: dict[str, dict[str, int]] = {}
-        if "producers" in running and "producers" in chosen:
-            origins = _batch_origins(cluster, TOPICS["producers"])
-            results["producers"] = running["producers"].check(final_w1, origins)
-        if "views" in running:
-            results["views"] = running["views"].check(final_w1)
-        if "group" in running:
-            results["group"] = running["group"].check()
-        if "transactions" in running:
-            results["transactions"] = running["transactions"].check()
+        results, final_w1 = _check_workloads(cluster, bootstrap, running, chosen)
         report["workloads"] = results
         _save_history(run_dir / "history", running, final_w1)
-        report["faults"] = faults.summary(scheduler.events)
-        report["faults_injected"] = len(scheduler.events)
-        report["broker_crashes"] = scheduler.crashes
-        report["client_error_messages"] = {
-            name: errors for name, w in running.items() if (errors := _client_errors(w))
-        }
-        report["anomalies"] = {
-            name: found for name, counts in results.items() if (found := checks.anomalies(counts))
-        }
-        if scheduler.crashes:
-            report["anomalies"]["cluster"] = {"broker_crashes": len(scheduler.crashes)}
+        _report_results(report, scheduler, running, results)
     except Exception:  # noqa: BLE001 - reported with the run's traceback, never hidden
         report["error"] = traceback.format_exc()
         progress(f"run failed:\n{report['error']}")

@@ -355,14 +355,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t = time.monotonic()
         progress(f"ZooKeeper on {hosts.zk_hosts}")
         hosts.start_zookeepers()
-        zk = hosts.zk()
-        try:
-            checks.check(
-                "the chroot does not exist before the brokers start", not zk.exists(CHROOT)
-            )
-        finally:
-            zk.stop()
-            zk.close()
+        check_no_chroot(hosts, checks)
         t = lap("zookeeper_start_s", t)
 
         progress(f"brokers 1-3, zookeeper.connect={hosts.zk_connect}")
@@ -385,24 +378,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t = lap("broker_4_and_racks_phase_s", t)
 
         progress("stopping each broker with SIGTERM (controlled shutdown)")
-        running = [1, 2, 3, 4]
-        for b in (4, 3, 2, 1):
-            status, seconds = hosts.stop(f"b{b}", timeout_s=120)
-            running.remove(b)
-            timings[f"broker_{b}_stop_s"] = seconds
-            checks.check(
-                f"broker {b} stops on SIGTERM with exit status 0",
-                status == 0,
-                {"exit_status": status, "seconds": seconds},
-            )
-            check_controlled_shutdown(hosts, checks, b, seconds, running)
-        for i in hosts.zk_ids:
-            status, seconds = hosts.stop(f"zk{i}", timeout_s=60)
-            checks.check(
-                f"ZooKeeper {i} stops on SIGTERM",
-                status is not None,
-                {"exit_status": status, "seconds": seconds},
-            )
+        stop_everything(hosts, checks, timings)
         lap("stop_s", t)
     except Exception:  # noqa: BLE001 - reported with the run's traceback, never hidden
         report["error"] = traceback.format_exc()
@@ -413,6 +389,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         report["timings"] = timings
         report["seconds"] = round(time.monotonic() - started, 1)
     return report
+
+
+def check_no_chroot(hosts: Hosts, checks: Checks) -> None:
+    zk = hosts.zk()
+    try:
+        checks.check("the chroot does not exist before the brokers start", not zk.exists(CHROOT))
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def stop_everything(hosts: Hosts, checks: Checks, timings: dict[str, float]) -> None:
+    """SIGTERM each broker (4 to 1: each a controlled shutdown, checked), then each
+    ZooKeeper."""
+    running = [1, 2, 3, 4]
+    for b in (4, 3, 2, 1):
+        status, seconds = hosts.stop(f"b{b}", timeout_s=120)
+        running.remove(b)
+        timings[f"broker_{b}_stop_s"] = seconds
+        checks.check(
+            f"broker {b} stops on SIGTERM with exit status 0",
+            status == 0,
+            {"exit_status": status, "seconds": seconds},
+        )
+        check_controlled_shutdown(hosts, checks, b, seconds, running)
+    for i in hosts.zk_ids:
+        status, seconds = hosts.stop(f"zk{i}", timeout_s=60)
+        checks.check(
+            f"ZooKeeper {i} stops on SIGTERM",
+            status is not None,
+            {"exit_status": status, "seconds": seconds},
+        )
 
 
 def check_controlled_shutdown(

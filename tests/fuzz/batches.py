@@ -25,6 +25,7 @@ from __future__ import annotations
 import struct
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -217,160 +218,234 @@ def fuzz_batch(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
     return fb
 
 
+# --- one builder per kind: (src, kind, produce_version) -> FuzzBatch ---------------------
+
+
+def _kind_valid(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    return FuzzBatch(kind, valid_batch(src, 0), frozenset({NONE}))
+
+
+def _kind_valid_compressed(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    codec = src.integer(1, 4)
+    expect: frozenset[int] = frozenset({NONE})
+    if codec == compression.ZSTD and produce_version < 7:
+        expect = frozenset({UNSUPPORTED_CODEC})
+    data = valid_batch(src, codec)
+    return FuzzBatch(f"{kind}_{compression.NAMES[codec]}", data, expect)
+
+
+def _kind_bad_crc(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    buf = bytearray(valid_batch(src))
+    pos = src.integer(rec.CRC_OFFSET, len(buf) - 1)
+    buf[pos] ^= 1 << src.integer(0, 7)
+    if pos >= rec.ATTRIBUTES_OFFSET and src.chance(0.2):
+        buf[rec.CRC_OFFSET] ^= 0xFF  # make sure the CRC does not happen to match
+    return FuzzBatch(kind, bytes(buf), frozenset({CORRUPT}) | _attr_codes(buf))
+
+
+def _kind_length_past_end(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    buf = bytearray(valid_batch(src))
+    struct.pack_into(">i", buf, 8, len(buf) - 12 + src.integer(1, 2**31 - 1 - len(buf)))
+    return FuzzBatch(kind, bytes(buf), STRUCTURE)
+
+
+def _kind_length_short(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    buf = bytearray(valid_batch(src))
+    struct.pack_into(">i", buf, 8, src.integer(-(2**31), len(buf) - 13))
+    return FuzzBatch(kind, bytes(buf), STRUCTURE)
+
+
+def _kind_count_lie(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    buf = bytearray(valid_batch(src))
+    (count,) = struct.unpack_from(">i", buf, 57)
+    lie = src.integer(-(2**31), 2**31 - 1) if src.chance(0.5) else count + src.integer(1, 3)
+    if lie == count:
+        lie += 1
+    struct.pack_into(">i", buf, 57, lie)
+    struct.pack_into(">i", buf, 23, wire.wrap(lie - 1, 32))  # consistent header, lying body
+    _fix_crc(buf)
+    return FuzzBatch(kind, bytes(buf), STRUCTURE)
+
+
+def _kind_last_delta_lie(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    buf = bytearray(valid_batch(src))
+    (delta,) = struct.unpack_from(">i", buf, 23)
+    struct.pack_into(">i", buf, 23, wire.wrap(delta + src.integer(1, 2**31 - 1), 32))
+    _fix_crc(buf)
+    return FuzzBatch(kind, bytes(buf), STRUCTURE)
+
+
+def _kind_record_length_lie(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    claim = src.integer(-(2**31), 2**31 - 1)
+    fields = [
+        b"\x00",
+        wire.zigzag(0),
+        wire.zigzag(0),
+        wire.zigzag(-1),
+        wire.zigzag(1),
+        b"v",
+        wire.zigzag(0),
+    ]
+    body = b"".join(fields)
+    if claim == len(body):
+        claim += 1
+    payload = wire.zigzag(claim) + body
+    return FuzzBatch(kind, _raw_batch(payload, 1), STRUCTURE)
+
+
+def _kind_varint_lie(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    # one record whose value length is written in 6..12 bytes (Kafka's varint is 5 at
+    # most), or whose value length overflows 32 bits while the record length is right
+    nbytes = src.integer(6, 12)
+    if kind == "varint_overlong":
+        vlen = wire.uvarint(2, min_bytes=nbytes)  # zigzag(1) padded
+        value = b"v"
+    else:
+        vlen = wire.zigzag(2**32 + 1)  # 1 mod 2**32
+        value = b"v"
+    fields = [
+        b"\x00",
+        wire.zigzag(0),
+        wire.zigzag(0),
+        wire.zigzag(-1),
+        vlen,
+        value,
+        wire.zigzag(0),
+    ]
+    return FuzzBatch(kind, _raw_batch(_record_bytes(fields), 1), STRUCTURE)
+
+
+def _kind_header_count_lie(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    claim = src.integer(1, 2**31 - 1) if src.chance(0.7) else src.integer(-(2**31), -2)
+    fields = [
+        b"\x00",
+        wire.zigzag(0),
+        wire.zigzag(0),
+        wire.zigzag(-1),
+        wire.zigzag(1),
+        b"v",
+        wire.zigzag(claim),
+    ]
+    return FuzzBatch(kind, _raw_batch(_record_bytes(fields), 1), STRUCTURE)
+
+
+def _kind_trailing_bytes(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    good = valid_batch(src, 0)
+    payload = good[rec.HEADER_SIZE :] + src.raw(src.integer(1, 16))
+    (count,) = struct.unpack_from(">i", good, 57)
+    return FuzzBatch(kind, _raw_batch(payload, count), STRUCTURE)
+
+
+def _kind_compressed_garbage(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    codec = src.integer(1, 4)
+    if src.chance(0.5):
+        data = _raw_batch(src.raw(src.integer(0, 200)), src.integer(1, 3), attrs=codec)
+        expect = _codec_codes(codec, produce_version)
+    else:
+        # flipped bytes inside literal data may still decompress to well-formed records
+        # (snappy, lz4 and zstd frames carry no checksum by default)
+        data = _corrupt_compressed(src, codec)
+        expect = _codec_codes(codec, produce_version) | {NONE}
+    return FuzzBatch(f"{kind}_{compression.NAMES[codec]}", data, expect)
+
+
+def _kind_bomb(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    codec = src.integer(1, 4)
+    data = _raw_batch(_bomb(codec), src.integer(1, 2**31 - 1), attrs=codec)
+    return FuzzBatch(
+        f"{kind}_{compression.NAMES[codec]}",
+        data,
+        _codec_codes(codec, produce_version) | {TOO_LARGE},
+    )
+
+
+def _kind_unknown_codec(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    buf = bytearray(valid_batch(src, 0))
+    struct.pack_into(">h", buf, rec.ATTRIBUTES_OFFSET, src.integer(5, 7))
+    _fix_crc(buf)
+    return FuzzBatch(kind, bytes(buf), frozenset({UNSUPPORTED_CODEC, CORRUPT, INVALID_RECORD}))
+
+
+def _kind_magic_legacy(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    return FuzzBatch(
+        kind, _legacy_message(src.integer(0, 1)), frozenset({INVALID_RECORD, CORRUPT, 43})
+    )
+
+
+def _kind_empty(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    return FuzzBatch(kind, b"", frozenset({INVALID_RECORD, CORRUPT}))
+
+
+def _kind_null(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    return FuzzBatch(kind, None, frozenset({INVALID_RECORD, CORRUPT}))
+
+
+def _kind_two_batches(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    return FuzzBatch(kind, valid_batch(src, 0) + valid_batch(src, 0), frozenset({INVALID_RECORD}))
+
+
+def _kind_control_bit(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    buf = bytearray(valid_batch(src, 0))
+    struct.pack_into(">h", buf, rec.ATTRIBUTES_OFFSET, rec.CONTROL_MASK | (src.integer(0, 1) << 4))
+    _fix_crc(buf)
+    return FuzzBatch(kind, bytes(buf), frozenset({INVALID_RECORD, CORRUPT}))
+
+
+def _kind_negative_sequence(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    buf = bytearray(valid_batch(src, 0))
+    struct.pack_into(">q", buf, 43, src.integer(0, 2**40))
+    struct.pack_into(">i", buf, 53, src.integer(-(2**31), -1))
+    _fix_crc(buf)
+    return FuzzBatch(kind, bytes(buf), frozenset({INVALID_RECORD, 59, 45, 47}))
+
+
+def _kind_truncated(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    good = valid_batch(src)
+    cut = src.integer(0, len(good) - 1)
+    return FuzzBatch(kind, good[:cut], frozenset({CORRUPT, INVALID_RECORD}))
+
+
+def _kind_bad_timestamp(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
+    buf = bytearray(valid_batch(src, 0))
+    ts = src.integer(-(2**63), 2**63 - 1)
+    struct.pack_into(">q", buf, 35, ts)
+    _fix_crc(buf)
+    return FuzzBatch(kind, bytes(buf), frozenset({NONE, INVALID_TIMESTAMP, INVALID_RECORD}))
+
+
+_BUILDERS: dict[str, Callable[[Choices, str, int], FuzzBatch]] = {
+    "valid": _kind_valid,
+    "valid_compressed": _kind_valid_compressed,
+    "bad_crc": _kind_bad_crc,
+    "length_past_end": _kind_length_past_end,
+    "length_short": _kind_length_short,
+    "count_lie": _kind_count_lie,
+    "last_delta_lie": _kind_last_delta_lie,
+    "record_length_lie": _kind_record_length_lie,
+    "varint_overlong": _kind_varint_lie,
+    "varint_overflow": _kind_varint_lie,
+    "header_count_lie": _kind_header_count_lie,
+    "trailing_bytes": _kind_trailing_bytes,
+    "compressed_garbage": _kind_compressed_garbage,
+    "bomb": _kind_bomb,
+    "unknown_codec": _kind_unknown_codec,
+    "magic_legacy": _kind_magic_legacy,
+    "empty": _kind_empty,
+    "null": _kind_null,
+    "two_batches": _kind_two_batches,
+    "control_bit": _kind_control_bit,
+    "negative_sequence": _kind_negative_sequence,
+    "truncated": _kind_truncated,
+    "bad_timestamp": _kind_bad_timestamp,
+}
+
+
 def _fuzz_batch(src: Choices, kind: str, produce_version: int) -> FuzzBatch:
-    if kind == "valid":
-        return FuzzBatch(kind, valid_batch(src, 0), frozenset({NONE}))
-    if kind == "valid_compressed":
-        codec = src.integer(1, 4)
-        expect: frozenset[int] = frozenset({NONE})
-        if codec == compression.ZSTD and produce_version < 7:
-            expect = frozenset({UNSUPPORTED_CODEC})
-        data = valid_batch(src, codec)
-        return FuzzBatch(f"{kind}_{compression.NAMES[codec]}", data, expect)
-    if kind == "bad_crc":
-        buf = bytearray(valid_batch(src))
-        pos = src.integer(rec.CRC_OFFSET, len(buf) - 1)
-        buf[pos] ^= 1 << src.integer(0, 7)
-        if pos >= rec.ATTRIBUTES_OFFSET and src.chance(0.2):
-            buf[rec.CRC_OFFSET] ^= 0xFF  # make sure the CRC does not happen to match
-        return FuzzBatch(kind, bytes(buf), frozenset({CORRUPT}) | _attr_codes(buf))
-    if kind == "length_past_end":
-        buf = bytearray(valid_batch(src))
-        struct.pack_into(">i", buf, 8, len(buf) - 12 + src.integer(1, 2**31 - 1 - len(buf)))
-        return FuzzBatch(kind, bytes(buf), STRUCTURE)
-    if kind == "length_short":
-        buf = bytearray(valid_batch(src))
-        struct.pack_into(">i", buf, 8, src.integer(-(2**31), len(buf) - 13))
-        return FuzzBatch(kind, bytes(buf), STRUCTURE)
-    if kind == "count_lie":
-        buf = bytearray(valid_batch(src))
-        (count,) = struct.unpack_from(">i", buf, 57)
-        lie = src.integer(-(2**31), 2**31 - 1) if src.chance(0.5) else count + src.integer(1, 3)
-        if lie == count:
-            lie += 1
-        struct.pack_into(">i", buf, 57, lie)
-        struct.pack_into(">i", buf, 23, wire.wrap(lie - 1, 32))  # consistent header, lying body
-        _fix_crc(buf)
-        return FuzzBatch(kind, bytes(buf), STRUCTURE)
-    if kind == "last_delta_lie":
-        buf = bytearray(valid_batch(src))
-        (delta,) = struct.unpack_from(">i", buf, 23)
-        struct.pack_into(">i", buf, 23, wire.wrap(delta + src.integer(1, 2**31 - 1), 32))
-        _fix_crc(buf)
-        return FuzzBatch(kind, bytes(buf), STRUCTURE)
-    if kind == "record_length_lie":
-        claim = src.integer(-(2**31), 2**31 - 1)
-        fields = [
-            b"\x00",
-            wire.zigzag(0),
-            wire.zigzag(0),
-            wire.zigzag(-1),
-            wire.zigzag(1),
-            b"v",
-            wire.zigzag(0),
-        ]
-        body = b"".join(fields)
-        if claim == len(body):
-            claim += 1
-        payload = wire.zigzag(claim) + body
-        return FuzzBatch(kind, _raw_batch(payload, 1), STRUCTURE)
-    if kind in ("varint_overlong", "varint_overflow"):
-        # one record whose value length is written in 6..12 bytes (Kafka's varint is 5 at
-        # most), or whose value length overflows 32 bits while the record length is right
-        nbytes = src.integer(6, 12)
-        if kind == "varint_overlong":
-            vlen = wire.uvarint(2, min_bytes=nbytes)  # zigzag(1) padded
-            value = b"v"
-        else:
-            vlen = wire.zigzag(2**32 + 1)  # 1 mod 2**32
-            value = b"v"
-        fields = [
-            b"\x00",
-            wire.zigzag(0),
-            wire.zigzag(0),
-            wire.zigzag(-1),
-            vlen,
-            value,
-            wire.zigzag(0),
-        ]
-        return FuzzBatch(kind, _raw_batch(_record_bytes(fields), 1), STRUCTURE)
-    if kind == "header_count_lie":
-        claim = src.integer(1, 2**31 - 1) if src.chance(0.7) else src.integer(-(2**31), -2)
-        fields = [
-            b"\x00",
-            wire.zigzag(0),
-            wire.zigzag(0),
-            wire.zigzag(-1),
-            wire.zigzag(1),
-            b"v",
-            wire.zigzag(claim),
-        ]
-        return FuzzBatch(kind, _raw_batch(_record_bytes(fields), 1), STRUCTURE)
-    if kind == "trailing_bytes":
-        good = valid_batch(src, 0)
-        payload = good[rec.HEADER_SIZE :] + src.raw(src.integer(1, 16))
-        (count,) = struct.unpack_from(">i", good, 57)
-        return FuzzBatch(kind, _raw_batch(payload, count), STRUCTURE)
-    if kind == "compressed_garbage":
-        codec = src.integer(1, 4)
-        if src.chance(0.5):
-            data = _raw_batch(src.raw(src.integer(0, 200)), src.integer(1, 3), attrs=codec)
-            expect = _codec_codes(codec, produce_version)
-        else:
-            # flipped bytes inside literal data may still decompress to well-formed records
-            # (snappy, lz4 and zstd frames carry no checksum by default)
-            data = _corrupt_compressed(src, codec)
-            expect = _codec_codes(codec, produce_version) | {NONE}
-        return FuzzBatch(f"{kind}_{compression.NAMES[codec]}", data, expect)
-    if kind == "bomb":
-        codec = src.integer(1, 4)
-        data = _raw_batch(_bomb(codec), src.integer(1, 2**31 - 1), attrs=codec)
-        return FuzzBatch(
-            f"{kind}_{compression.NAMES[codec]}",
-            data,
-            _codec_codes(codec, produce_version) | {TOO_LARGE},
-        )
-    if kind == "unknown_codec":
-        buf = bytearray(valid_batch(src, 0))
-        struct.pack_into(">h", buf, rec.ATTRIBUTES_OFFSET, src.integer(5, 7))
-        _fix_crc(buf)
-        return FuzzBatch(kind, bytes(buf), frozenset({UNSUPPORTED_CODEC, CORRUPT, INVALID_RECORD}))
-    if kind == "magic_legacy":
-        return FuzzBatch(
-            kind, _legacy_message(src.integer(0, 1)), frozenset({INVALID_RECORD, CORRUPT, 43})
-        )
-    if kind == "empty":
-        return FuzzBatch(kind, b"", frozenset({INVALID_RECORD, CORRUPT}))
-    if kind == "null":
-        return FuzzBatch(kind, None, frozenset({INVALID_RECORD, CORRUPT}))
-    if kind == "two_batches":
-        return FuzzBatch(
-            kind, valid_batch(src, 0) + valid_batch(src, 0), frozenset({INVALID_RECORD})
-        )
-    if kind == "control_bit":
-        buf = bytearray(valid_batch(src, 0))
-        struct.pack_into(
-            ">h", buf, rec.ATTRIBUTES_OFFSET, rec.CONTROL_MASK | (src.integer(0, 1) << 4)
-        )
-        _fix_crc(buf)
-        return FuzzBatch(kind, bytes(buf), frozenset({INVALID_RECORD, CORRUPT}))
-    if kind == "negative_sequence":
-        buf = bytearray(valid_batch(src, 0))
-        struct.pack_into(">q", buf, 43, src.integer(0, 2**40))
-        struct.pack_into(">i", buf, 53, src.integer(-(2**31), -1))
-        _fix_crc(buf)
-        return FuzzBatch(kind, bytes(buf), frozenset({INVALID_RECORD, 59, 45, 47}))
-    if kind == "truncated":
-        good = valid_batch(src)
-        cut = src.integer(0, len(good) - 1)
-        return FuzzBatch(kind, good[:cut], frozenset({CORRUPT, INVALID_RECORD}))
-    if kind == "bad_timestamp":
-        buf = bytearray(valid_batch(src, 0))
-        ts = src.integer(-(2**63), 2**63 - 1)
-        struct.pack_into(">q", buf, 35, ts)
-        _fix_crc(buf)
-        return FuzzBatch(kind, bytes(buf), frozenset({NONE, INVALID_TIMESTAMP, INVALID_RECORD}))
-    raise ValueError(kind)
+    """The payload of ``kind``: each kind has a builder of its own (:data:`_BUILDERS`)."""
+    build = _BUILDERS.get(kind)
+    if build is None:
+        raise ValueError(kind)
+    return build(src, kind, produce_version)
 
 
 def _codec_codes(codec: int, produce_version: int) -> frozenset[int]:

@@ -44,12 +44,10 @@ _INTERESTING_16 = (-1, -2, 0, 1, 2**15 - 1, -(2**15))
 _INTERESTING_32 = (-1, -2, 0, 1, 2**31 - 1, -(2**31), 2**20, 2**30)
 
 
-def _one(src: Source, data: bytearray, other: bytes) -> bytearray:
+def _edit_bytes(src: Source, data: bytearray, op: int, pos: int) -> None:
+    """Operations 0-5 (in place): bit flip, interesting byte, truncation, insertion,
+    deletion, duplication of a range."""
     n = len(data)
-    op = src.integer(0, 9)
-    if n == 0:
-        return bytearray(src.raw(src.integer(1, 16)))
-    pos = src.integer(0, n - 1)
     if op == 0:  # bit flip
         data[pos] ^= 1 << src.integer(0, 7)
     elif op == 1:  # interesting byte
@@ -60,19 +58,40 @@ def _one(src: Source, data: bytearray, other: bytes) -> bytearray:
         data[pos:pos] = src.raw(src.integer(1, 32))
     elif op == 4:  # delete a range
         del data[pos : pos + src.integer(1, 32)]
-    elif op == 5:  # duplicate a range
+    else:  # duplicate a range
         end = min(n, pos + src.integer(1, 64))
         data[end:end] = data[pos:end]
-    elif op == 6 and pos + 2 <= n:  # an int16 length rewritten
+
+
+def _rewrite(src: Source, data: bytearray, op: int, pos: int, other: bytes) -> bytearray | None:
+    """Operations 6-8 where they apply: an int16 or int32 length rewritten, a splice with
+    ``other``; None where they do not (too close to the end, nothing to splice)."""
+    n = len(data)
+    if op == 6 and pos + 2 <= n:  # an int16 length rewritten
         value = src.pick((*_INTERESTING_16, n - pos - 2 + src.integer(-1, 1)))
         data[pos : pos + 2] = wire.i16(value)
-    elif op == 7 and pos + 4 <= n:  # an int32 length / count rewritten
+        return data
+    if op == 7 and pos + 4 <= n:  # an int32 length / count rewritten
         value = src.pick((*_INTERESTING_32, n - pos - 4 + src.integer(-1, 1)))
         data[pos : pos + 4] = wire.i32(value)
-    elif op == 8 and other:  # splice: our head, the other's tail
+        return data
+    if op == 8 and other:  # splice: our head, the other's tail
         cut = src.integer(0, len(other) - 1)
-        data = data[:pos] + bytearray(other[cut:])
-    elif n >= 4:  # header: API key or version
+        return data[:pos] + bytearray(other[cut:])
+    return None
+
+
+def _one(src: Source, data: bytearray, other: bytes) -> bytearray:
+    n = len(data)
+    op = src.integer(0, 9)
+    if n == 0:
+        return bytearray(src.raw(src.integer(1, 16)))
+    pos = src.integer(0, n - 1)
+    if op <= 5:
+        _edit_bytes(src, data, op, pos)
+    elif (rewritten := _rewrite(src, data, op, pos, other)) is not None:
+        data = rewritten
+    elif n >= 4:  # header (op 9, or 6-8 where they do not apply): API key or version
         if src.chance(0.5):
             data[0:2] = wire.i16(src.integer(-5, 80))
         else:

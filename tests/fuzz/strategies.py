@@ -129,6 +129,13 @@ class Generated:
 _INTS = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 _PARTITION_NAMES = frozenset({"partition_index", "partition", "index", "partition_id"})
 _PARTITION_ARRAYS = frozenset({"partitions", "partition_indexes", "partition_ids"})
+# integer fields whose values are picked from a few (repeats weigh the choice)
+_INT_CHOICES: dict[str, tuple[int, ...]] = {
+    "acks": (-1, 0, 1, 1, 1, -1),
+    "num_partitions": (-1, 1, 2, 3),
+    "count": (-1, 1, 2, 3),
+    "replication_factor": (-1, 1, 1, 2),
+}
 
 
 class Generator:
@@ -167,20 +174,18 @@ class Generator:
     def _int(self, f: Field, bits: int) -> int:
         src = self.src
         lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-        guarded = self._guard_int(f)
-        if guarded is not None:
-            return guarded
-        if src.chance(self.strange):
-            return src.pick((lo, hi, lo + 1, hi - 1, -2, src.integer(lo, hi), src.integer(lo, hi)))
+        special = self._guard_int(f)
+        if special is None and src.chance(self.strange):
+            special = src.pick(
+                (lo, hi, lo + 1, hi - 1, -2, src.integer(lo, hi), src.integer(lo, hi))
+            )
+        if special is not None:
+            return special
         name = f.name
         if name in _PARTITION_NAMES or (f.array and name in _PARTITION_ARRAYS):
             return src.integer(0, 2) if src.chance(0.9) else src.integer(-1, 8)
-        if name == "acks":
-            return src.pick((-1, 0, 1, 1, 1, -1))
-        if name in ("num_partitions", "count"):
-            return src.pick((-1, 1, 2, 3))
-        if name == "replication_factor":
-            return src.pick((-1, 1, 1, 2))
+        if name in _INT_CHOICES:
+            return src.pick(_INT_CHOICES[name])
         if name in ("isolation_level",):
             return src.integer(0, 1)
         if (
@@ -223,14 +228,7 @@ class Generator:
         if hint == "TopicName" or (
             f.name in ("topic", "topic_name", "topics", "name") and self._topic_like()
         ):
-            if self.api_key == DELETE_TOPICS:
-                return src.pick((*CHURN_TOPICS, *BAD_NAMES, "fuzz-nope"))
-            roll = src.integer(0, 99)
-            if roll < 60:
-                return src.pick(PRODUCE_TOPICS)
-            if roll < 80:
-                return src.pick(CHURN_TOPICS)
-            return src.pick((*BAD_NAMES, "fuzz-nope"))
+            return self._topic_text()
         if hint == "GroupId" or f.name == "group_id":
             return src.pick((*GROUPS, "", "fuzz-gx"))
         if hint == "TransactionalId" or f.name == "transactional_id":
@@ -239,31 +237,59 @@ class Generator:
             return None
         return src.pick(("", "fuzz", "x" * src.integer(0, 40), "1", "client-\u00fc"))
 
+    def _topic_text(self) -> str:
+        """A topic name: churned or bad ones for DeleteTopics; else mostly the produce
+        topics, some churned ones, some bad names."""
+        src = self.src
+        if self.api_key == DELETE_TOPICS:
+            return src.pick((*CHURN_TOPICS, *BAD_NAMES, "fuzz-nope"))
+        roll = src.integer(0, 99)
+        if roll < 60:
+            return src.pick(PRODUCE_TOPICS)
+        if roll < 80:
+            return src.pick(CHURN_TOPICS)
+        return src.pick((*BAD_NAMES, "fuzz-nope"))
+
     def _topic_like(self) -> bool:
         return self.api_key in (CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS)
 
     def _string(self, f: Field, flexible: bool) -> bytes:
         src = self.src
         if self._lying("string"):
-            choice = src.integer(0, 3)
-            if choice == 0 and not f.nullable:
-                return wire.string(None, flexible)
-            if choice == 1:
-                return wire.string(b"\xff\xfe\xc3", flexible)  # invalid UTF-8
-            data = src.raw(src.integer(0, 8))
-            claim = src.pick((2**15 - 1, -2, len(data) + src.integer(1, 100), 2**31 - 2))
-            return wire.string(data, flexible, claim=claim)
+            return self._lying_string(f, flexible)
         if src.chance(self.strange):
-            roll = src.integer(0, 3)
-            if roll == 0:
-                return wire.string(b"", flexible)
-            if roll == 1:
-                n = src.integer(0, self.max_string)
-                return wire.string(b"s" * min(n, 32767), flexible)
-            if roll == 2:
-                return wire.string("\u2603\U0001f600".encode() * src.integer(1, 50), flexible)
+            strange = self._strange_string(flexible)
+            if strange is not None:
+                return strange
         value = self._text(f)
         return wire.string(None if value is None else value.encode(), flexible)
+
+    def _lying_string(self, f: Field, flexible: bool) -> bytes:
+        """A string whose encoding lies: null where not nullable, invalid UTF-8, or a length
+        claim that does not match the bytes."""
+        src = self.src
+        choice = src.integer(0, 3)
+        if choice == 0 and not f.nullable:
+            return wire.string(None, flexible)
+        if choice == 1:
+            return wire.string(b"\xff\xfe\xc3", flexible)  # invalid UTF-8
+        data = src.raw(src.integer(0, 8))
+        claim = src.pick((2**15 - 1, -2, len(data) + src.integer(1, 100), 2**31 - 2))
+        return wire.string(data, flexible, claim=claim)
+
+    def _strange_string(self, flexible: bool) -> bytes | None:
+        """An empty, very long or non-ASCII string; None a quarter of the time (an ordinary
+        value then)."""
+        src = self.src
+        roll = src.integer(0, 3)
+        if roll == 0:
+            return wire.string(b"", flexible)
+        if roll == 1:
+            n = src.integer(0, self.max_string)
+            return wire.string(b"s" * min(n, 32767), flexible)
+        if roll == 2:
+            return wire.string("\u2603\U0001f600".encode() * src.integer(1, 50), flexible)
+        return None
 
     def _bytes(self, f: Field, flexible: bool) -> bytes:
         src = self.src
@@ -299,39 +325,48 @@ class Generator:
         kt = f.kafka_type
         bits = _INTS.get(kt)
         if bits is not None:
-            value = self._int(f, bits)
-            if self.api_key == PRODUCE:
-                if f.name == "index":
-                    self._partition = value
-                elif f.name == "acks":
-                    self.acks = value
-            return {8: wire.i8, 16: wire.i16, 32: wire.i32, 64: wire.i64}[bits](value)
-        if kt == "bool":
-            if self._lying("bool"):
-                return wire.i8(self.src.integer(2, 255))
-            return wire.i8(self.src.integer(0, 1))
+            return self._int_field(f, bits)
         if kt == "string":
-            if self.api_key == PRODUCE and f.name == "transactional_id":
-                if self.plain_produce:
-                    return wire.string(None, flexible)
-                self.transactional = True
-            data = self._string(f, flexible)
-            if self.api_key == PRODUCE and f.name == "name":
-                self._topic = self._decode_name(data, flexible)
-            return data
-        if kt == "bytes":
-            return self._bytes(f, flexible)
-        if kt == "records":
-            return self._records(flexible)
-        if kt == "uuid":
-            return self._uuid()
-        if kt == "timedelta_i32":
-            return wire.i32(self._millis(f))
-        if kt == "timedelta_i64":
-            return wire.i64(self._millis(f))
-        if kt == "float64":
-            return self.src.raw(8)
-        raise ValueError(f"no generator for {kt}")
+            return self._string_field(f, flexible)
+        build = {
+            "bool": self._bool,
+            "bytes": lambda: self._bytes(f, flexible),
+            "records": lambda: self._records(flexible),
+            "uuid": self._uuid,
+            "timedelta_i32": lambda: wire.i32(self._millis(f)),
+            "timedelta_i64": lambda: wire.i64(self._millis(f)),
+            "float64": lambda: self.src.raw(8),
+        }.get(kt)
+        if build is None:
+            raise ValueError(f"no generator for {kt}")
+        return build()
+
+    def _int_field(self, f: Field, bits: int) -> bytes:
+        """An integer of ``bits`` bits; a Produce request's partition index and acks are
+        noted (what the broker must answer depends on them)."""
+        value = self._int(f, bits)
+        if self.api_key == PRODUCE:
+            if f.name == "index":
+                self._partition = value
+            elif f.name == "acks":
+                self.acks = value
+        return {8: wire.i8, 16: wire.i16, 32: wire.i32, 64: wire.i64}[bits](value)
+
+    def _string_field(self, f: Field, flexible: bool) -> bytes:
+        """A string; a Produce request's transactional id and topic name are noted."""
+        if self.api_key == PRODUCE and f.name == "transactional_id":
+            if self.plain_produce:
+                return wire.string(None, flexible)
+            self.transactional = True
+        data = self._string(f, flexible)
+        if self.api_key == PRODUCE and f.name == "name":
+            self._topic = self._decode_name(data, flexible)
+        return data
+
+    def _bool(self) -> bytes:
+        if self._lying("bool"):
+            return wire.i8(self.src.integer(2, 255))
+        return wire.i8(self.src.integer(0, 1))
 
     @staticmethod
     def _decode_name(data: bytes, flexible: bool) -> str | None:

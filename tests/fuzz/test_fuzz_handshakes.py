@@ -23,6 +23,7 @@ import random
 import socket
 import ssl
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -175,93 +176,127 @@ def _tls_round(cluster: Cluster, rng: random.Random, hello: bytes, tally: _Tally
         tally.add("tls: alert/handshake then close" if received else "tls: closed")
 
 
+@dataclass
+class _SaslPlan:
+    """What one connection's SASL exchange sends: the mechanism and versions, the steps in
+    their (possibly shuffled) order, whether the client-final is mutated."""
+
+    mechanism: bytes
+    hs_version: int
+    auth_version: int
+    steps: list[tuple[str, bytes]]
+    mutated_final: bool
+    client: Any
+
+    @property
+    def bare(self) -> bool:
+        """SaslHandshake v0 with SCRAM: the tokens go as bare length-prefixed bytes."""
+        return self.hs_version == 0 and self.mechanism == b"SCRAM-SHA-512"
+
+    def token_bytes(self, corr: int, token: bytes) -> bytes:
+        if self.bare:
+            return struct.pack(">i", len(token)) + token
+        return _authenticate_frame(corr, token, self.auth_version)
+
+
+def _plan_sasl(rng: random.Random, valid: bool) -> _SaslPlan:
+    """One exchange, mutated at random; ``valid``: a correct exchange (the control)."""
+    from kafka_security.sasl_mechanisms import make_client
+
+    mechanism = rng.choice(
+        [b"SCRAM-SHA-512", b"SCRAM-SHA-256", b"PLAIN", b"GSSAPI", b"", rng.randbytes(12)]
+    )
+    hs_version = rng.choice([0, 1, 1, 1])
+    if valid:
+        mechanism, hs_version = b"SCRAM-SHA-512", 1
+    steps: list[tuple[str, bytes]] = []
+    if valid or rng.random() < 0.85:
+        steps.append(("handshake", mechanism))
+    client = make_client("SCRAM-SHA-512", "fuzzer", PASSWORD)
+    first = client.first()
+    steps.append(("token", _mutate(first, rng) if not valid and rng.random() < 0.5 else first))
+    steps.append(("final", b""))
+    if not valid and rng.random() < 0.2:
+        rng.shuffle(steps)
+    auth_version = rng.choice([0, 1, 2, 2])
+    mutated_final = not valid and rng.random() < 0.9
+    return _SaslPlan(mechanism, hs_version, auth_version, steps, mutated_final, client)
+
+
+def _sasl_final(
+    sock: Any, plan: _SaslPlan, rng: random.Random, server_first: bytes, corr: int, tally: _Tally
+) -> bool | None:
+    """Answer the server-first message with the client-final (mutated as planned): True if
+    authenticated, False if refused, None if the broker closed the connection."""
+    try:
+        final = plan.client.respond(server_first) or b""
+    except Exception:  # noqa: BLE001 - the fuzzer sent a mutated client-first
+        final = rng.randbytes(40)
+    if plan.mutated_final:
+        final = _mutate(final, rng)
+    sock.sendall(plan.token_bytes(corr, final))
+    reply = _recv_frame(sock)
+    if reply is None:
+        tally.add("sasl: closed after final")
+        return None
+    if plan.bare:
+        return True
+    got, response = _decode(36, plan.auth_version, reply)
+    assert got == corr
+    code = int(response.error_code)
+    tally.add(f"sasl: final error {code}")
+    return code == 0
+
+
+def _sasl_exchange(sock: Any, plan: _SaslPlan, rng: random.Random, tally: _Tally) -> bool | None:
+    """Send the planned steps: True if authenticated, False if not, None if the broker
+    closed the connection."""
+    corr = 0
+    for kind, value in plan.steps:
+        corr += 1
+        if kind == "handshake":
+            sock.sendall(_frame(17, plan.hs_version, corr, _str16(value), False))
+        elif kind == "token":
+            sock.sendall(plan.token_bytes(corr, value))
+        else:
+            continue  # the final message needs the server's first reply: below
+        frame = _recv_frame(sock)
+        if frame is None:
+            tally.add(f"sasl: closed after {kind}")
+            return None
+        if kind == "token" and plan.bare:
+            server_first = frame
+        else:
+            got, response = _decode(
+                17 if kind == "handshake" else 36,
+                plan.hs_version if kind == "handshake" else plan.auth_version,
+                frame,
+            )
+            assert got == corr, f"correlation id {got}, expected {corr}"
+            code = int(response.error_code)
+            tally.add(f"sasl: {kind} error {code}")
+            if code != 0 or kind != "token":
+                continue
+            server_first = bytes(response.auth_bytes)
+        return _sasl_final(sock, plan, rng, server_first, corr + 1, tally)
+    return False
+
+
 def _sasl_round(cluster: Cluster, rng: random.Random, tally: _Tally, valid: bool) -> None:
     """One connection's SASL exchange, mutated at random; ``valid``: a correct exchange (the
     control: it must succeed)."""
-    from kafka_security.sasl_mechanisms import make_client
-
     ctx = ssl.create_default_context(cafile=cluster.client_config["ssl.ca.location"])
     raw = socket.create_connection((cluster.host, cluster.port), timeout=15)
     with ctx.wrap_socket(raw, server_hostname=cluster.host) as sock:
-        corr = 0
-        mechanism = rng.choice(
-            [b"SCRAM-SHA-512", b"SCRAM-SHA-256", b"PLAIN", b"GSSAPI", b"", rng.randbytes(12)]
-        )
-        hs_version = rng.choice([0, 1, 1, 1])
-        if valid:
-            mechanism, hs_version = b"SCRAM-SHA-512", 1
-        steps: list[tuple[str, bytes]] = []
-        if valid or rng.random() < 0.85:
-            steps.append(("handshake", mechanism))
-        client = make_client("SCRAM-SHA-512", "fuzzer", PASSWORD)
-        first = client.first()
-        steps.append(("token", _mutate(first, rng) if not valid and rng.random() < 0.5 else first))
-        steps.append(("final", b""))
-        if not valid and rng.random() < 0.2:
-            rng.shuffle(steps)
-        auth_version = rng.choice([0, 1, 2, 2])
-        mutated_final = not valid and rng.random() < 0.9
-        authenticated = False
-        for kind, value in steps:
-            corr += 1
-            if kind == "handshake":
-                sock.sendall(_frame(17, hs_version, corr, _str16(value), False))
-            elif kind == "token":
-                sock.sendall(
-                    struct.pack(">i", len(value)) + value
-                    if hs_version == 0 and mechanism == b"SCRAM-SHA-512"
-                    else _authenticate_frame(corr, value, auth_version)
-                )
-            else:
-                continue  # the final message needs the server's first reply: below
-            frame = _recv_frame(sock)
-            if frame is None:
-                tally.add(f"sasl: closed after {kind}")
-                return
-            if kind == "token" and hs_version == 0 and mechanism == b"SCRAM-SHA-512":
-                server_first = frame
-            else:
-                got, response = _decode(
-                    17 if kind == "handshake" else 36,
-                    hs_version if kind == "handshake" else auth_version,
-                    frame,
-                )
-                assert got == corr, f"correlation id {got}, expected {corr}"
-                code = int(response.error_code)
-                tally.add(f"sasl: {kind} error {code}")
-                if code != 0 or kind != "token":
-                    continue
-                server_first = bytes(response.auth_bytes)
-            try:
-                final = client.respond(server_first) or b""
-            except Exception:  # noqa: BLE001 - the fuzzer sent a mutated client-first
-                final = rng.randbytes(40)
-            if mutated_final:
-                final = _mutate(final, rng)
-            corr += 1
-            sock.sendall(
-                struct.pack(">i", len(final)) + final
-                if hs_version == 0 and mechanism == b"SCRAM-SHA-512"
-                else _authenticate_frame(corr, final, auth_version)
-            )
-            reply = _recv_frame(sock)
-            if reply is None:
-                tally.add("sasl: closed after final")
-                return
-            if not (hs_version == 0 and mechanism == b"SCRAM-SHA-512"):
-                got, response = _decode(36, auth_version, reply)
-                assert got == corr
-                code = int(response.error_code)
-                tally.add(f"sasl: final error {code}")
-                authenticated = code == 0
-            else:
-                authenticated = True
-            break
-        if authenticated:
-            # only an unmutated exchange may succeed
-            assert not mutated_final, "a mutated SCRAM client-final was accepted"
-            tally.add("sasl: authenticated")
-        assert authenticated or not valid, "a correct SCRAM exchange was refused"
+        plan = _plan_sasl(rng, valid)
+        authenticated = _sasl_exchange(sock, plan, rng, tally)
+    if authenticated is None:
+        return
+    if authenticated:
+        # only an unmutated exchange may succeed
+        assert not plan.mutated_final, "a mutated SCRAM client-final was accepted"
+        tally.add("sasl: authenticated")
+    assert authenticated or not valid, "a correct SCRAM exchange was refused"
 
 
 def test_handshake_fuzzing(cluster: Cluster) -> None:

@@ -4,6 +4,6 @@ processes started with ``millrace cluster up``, real clients.
 Modules: ``ports`` (free loopback ports), ``waiting`` (``wait_for``), ``processes`` (pids:
 liveness, SIGKILL, lookup by command line), ``raw`` (hand-built Kafka requests on a plain
 socket), ``clients`` (confluent-kafka admin and consumers, log-file readers), ``cluster``
-(the ``Cluster`` object), ``fixtures`` (the pytest fixtures the conftest files re-export),
+(the ``Cluster`` object), ``fixtures`` (the pytest fixtures ``tests/conftest.py`` re-exports),
 ``spark_submit`` (``spark-submit`` runs of ``jobs/`` to freeze, kill and stop by pid).
 """

@@ -1,15 +1,19 @@
 """An idempotent acks=all confluent-kafka producer for fault tests: numbered, padded records
-written as fast as the cluster takes them, every acknowledgement recorded, and the check that
-every acknowledged record is served exactly once, in order (issue 17's "nothing acknowledged
-with acks=all and min ISR 2 is ever lost").
+written as fast as the cluster takes them (``produce``) or at a steady rate in a thread of
+their own while the test kills and restarts brokers (``start`` ... ``stop``), every
+acknowledgement recorded, and the check that every acknowledged record is served exactly
+once, in order (issue 17's "nothing acknowledged with acks=all and min ISR 2 is ever lost").
 
-Concurrency: used from the test's thread; delivery callbacks run inside ``poll``/``flush``
-on that thread (the lock guards against librdkafka's error callback).
+Concurrency: ``produce`` runs on the test's thread; ``start`` runs the produce loop on a
+thread of its own until ``stop``, and delivery callbacks run inside ``poll``/``flush`` on
+whichever thread produces. ``lock`` guards what the callbacks record against the test's
+thread reading it (``counts``, ``wait_progress``).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +48,11 @@ class AckedProducer:
         self.fatal: list[KafkaError] = []
         self.produced = dict.fromkeys(range(partitions), 0)
         self.lock = threading.Lock()
+        # the background producer (start/stop)
+        self._stop = threading.Event()
+        self._unflushed = -1
+        self._failure: BaseException | None = None
+        self._thread: threading.Thread | None = None
         self.producer = Producer(
             cluster.conf(
                 {
@@ -74,26 +83,85 @@ class AckedProducer:
             else:
                 self.acked[int(p_text)].append((int(seq_text), msg.offset()))
 
+    def _produce_one(self, p: int) -> None:
+        """Queue the next record of partition ``p`` (waiting for room in the queue)."""
+        value = f"{p}:{self.produced[p]:07d}:".encode() + b"x" * self.value_bytes
+        while True:
+            try:
+                self.producer.produce(self.topic, value, partition=p, on_delivery=self._on_delivery)
+                break
+            except BufferError:
+                self.producer.poll(0.1)
+        self.produced[p] += 1
+
     def produce(self, n: int) -> None:
         """Produce ``n`` records and wait until every one is acknowledged or failed."""
-        pad = b"x" * self.value_bytes
         for i in range(n):
-            p = i % self.partitions
-            value = f"{p}:{self.produced[p]:07d}:".encode() + pad
-            self.produced[p] += 1
-            while True:
-                try:
-                    self.producer.produce(
-                        self.topic, value, partition=p, on_delivery=self._on_delivery
-                    )
-                    break
-                except BufferError:
-                    self.producer.poll(0.1)
+            self._produce_one(i % self.partitions)
             self.producer.poll(0)
         left = self.producer.flush(180)
         assert left == 0, f"{left} records still queued after flush(180)"
         with self.lock:
             assert not self.errors, f"{len(self.errors)} delivery errors, e.g. {self.errors[:3]}"
+
+    # --- in the background, while brokers come and go ---------------------------------------
+
+    def start(self, rate: int = 300) -> AckedProducer:
+        """Produce about ``rate`` records/s in all (one per partition per round) on a thread
+        of its own until :meth:`stop`."""
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(self.partitions / rate,),
+            name=f"producer-{self.topic}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def _run(self, interval: float) -> None:
+        try:
+            while not self._stop.is_set():
+                for p in range(self.partitions):
+                    self._produce_one(p)
+                self.producer.poll(0)
+                time.sleep(interval)  # the pace: about ``rate`` records/s
+            self._unflushed = self.producer.flush(180)
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
+            self._failure = exc
+
+    def counts(self) -> dict[int, int]:
+        """Acknowledged records per partition so far."""
+        with self.lock:
+            return {p: len(a) for p, a in self.acked.items()}
+
+    def wait_progress(self, records: int, timeout_s: float, what: str) -> None:
+        """Until every partition has ``records`` more acknowledged records than now (the
+        background producer is running: :meth:`start`)."""
+        assert self._thread is not None, "wait_progress without start()"
+        start = self.counts()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            now = self.counts()
+            if all(now[p] >= start[p] + records for p in now):
+                return
+            assert self._thread.is_alive(), f"producer thread died: {self._failure!r}"
+            time.sleep(0.2)
+        with self.lock:
+            errors = self.errors[-3:] + [(-1, -1, e) for e in self.fatal[-3:]]
+        raise AssertionError(
+            f"{what}: acknowledged per partition {start} -> {self.counts()} in {timeout_s:g}s, "
+            f"wanted +{records} each; recent errors {errors}"
+        )
+
+    def stop(self) -> None:
+        """Stop the background producer and wait until everything it queued is acknowledged
+        or failed."""
+        assert self._thread is not None, "stop without start()"
+        self._stop.set()
+        self._thread.join(240)
+        assert not self._thread.is_alive(), "producer thread did not finish flushing"
+        assert self._failure is None, f"producer thread failed: {self._failure!r}"
+        assert self._unflushed == 0, f"{self._unflushed} records still queued after flush(180)"
 
     def check_served(self, cluster: Cluster) -> None:
         """Every produced record was acknowledged and is served exactly once, at its

@@ -1,5 +1,5 @@
-"""The pytest fixtures of the integration and Spark tiers (their conftest.py files import
-them from here):
+"""The pytest fixtures of the real-broker tiers (integration, fuzz, console, Spark;
+``tests/conftest.py`` imports them from here):
 
 * ``cluster`` (module-scoped): one cluster per test module, single-broker unless the
   module's ``pytest.mark.cluster_config({...}, brokers=N)`` marker asks for N brokers

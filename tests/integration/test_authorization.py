@@ -943,9 +943,17 @@ def test_a_super_user_is_allowed_everything(world: World, name: str) -> None:
 # --- ACLs, with real clients -----------------------------------------------------------------
 
 
-def test_alice_is_refused_by_real_clients(world: World) -> None:
-    """confluent-kafka and kafka-python report Kafka's codes to a principal without ACLs."""
-    cluster = world.cluster
+def first_error_code(consumer: Consumer, timeout_s: float) -> int | None:
+    """The code of the first error the consumer reports within ``timeout_s``, else None."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is not None:
+            return int(msg.error().code())
+    return None
+
+
+def _alice_refused_by_confluent_kafka(cluster: Cluster) -> None:
     alice = user_config(cluster, "alice")
     producer = Producer({**alice, "message.timeout.ms": 5000})
     errors: list[KafkaError] = []
@@ -956,12 +964,7 @@ def test_alice_is_refused_by_real_clients(world: World) -> None:
     consumer = Consumer({**alice, "group.id": SECRET_GROUP, "auto.offset.reset": "earliest"})
     try:
         consumer.subscribe([SECRET])
-        deadline = time.monotonic() + 20
-        seen = None
-        while seen is None and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is not None:
-                seen = msg.error().code()
+        seen = first_error_code(consumer, 20)
         assert seen in (
             KafkaError.GROUP_AUTHORIZATION_FAILED,
             KafkaError.TOPIC_AUTHORIZATION_FAILED,
@@ -985,6 +988,8 @@ def test_alice_is_refused_by_real_clients(world: World) -> None:
         future.result(15)
     assert info.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
+
+def _alice_refused_by_kafka_python(cluster: Cluster) -> None:
     from kafka import KafkaProducer
     from kafka.admin import KafkaAdminClient
     from kafka.admin import NewTopic as KNewTopic
@@ -1005,6 +1010,12 @@ def test_alice_is_refused_by_real_clients(world: World) -> None:
         ka.close()
 
 
+def test_alice_is_refused_by_real_clients(world: World) -> None:
+    """confluent-kafka and kafka-python report Kafka's codes to a principal without ACLs."""
+    _alice_refused_by_confluent_kafka(world.cluster)
+    _alice_refused_by_kafka_python(world.cluster)
+
+
 def kafka_python_config(cluster: Cluster, user: str) -> dict[str, Any]:
     return {
         "bootstrap_servers": cluster.bootstrap,
@@ -1015,24 +1026,8 @@ def kafka_python_config(cluster: Cluster, user: str) -> dict[str, Any]:
     }
 
 
-def test_bob_acts_within_his_acls(world: World) -> None:
-    """LITERAL ACLs on a topic, a group and a transactional id, PREFIXED ones on a topic
-    prefix, a DENY that overrides the prefix's ALLOW; confluent-kafka and kafka-python."""
-    cluster = world.cluster
-    T, G = ResourceType.TOPIC, ResourceType.GROUP
-    prefixed = ResourcePatternType.PREFIXED
-    grant(
-        cluster,
-        acl(T, "bob-orders", AclOperation.WRITE),
-        acl(T, "bob-orders", AclOperation.READ),
-        acl(G, "bob-group", AclOperation.READ),
-        acl(ResourceType.TRANSACTIONAL_ID, "bob-tx-", AclOperation.WRITE, prefixed),
-        acl(T, "bob-pre-", AclOperation.ALL, prefixed),
-        acl(T, "bob-pre-denied", AclOperation.READ, permission=AclPermissionType.DENY),
-    )
-    cluster.create_topic("bob-orders", 1, replication_factor=2)
-    bob = user_config(cluster, "bob")
-
+def _bob_produces_and_consumes(bob: dict[str, object]) -> None:
+    """An idempotent producer, a transaction and a consumer group, with confluent-kafka."""
     # an idempotent producer: InitProducerId with WRITE on some topic (KIP-679)
     producer = Producer({**bob, "enable.idempotence": True})
     for i in range(3):
@@ -1069,7 +1064,9 @@ def test_bob_acts_within_his_acls(world: World) -> None:
     finally:
         consumer.close()
 
-    # kafka-python, the same group (the offsets confluent-kafka committed) and topic
+
+def _bob_reads_with_kafka_python(cluster: Cluster) -> None:
+    """kafka-python, the same group (the offsets confluent-kafka committed) and topic."""
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KTopicPartition
 
@@ -1093,7 +1090,10 @@ def test_bob_acts_within_his_acls(world: World) -> None:
     finally:
         kc.close()
 
-    # the prefix: create, describe, produce, delete; the DENY beats the prefix's ALLOW
+
+def _bob_uses_his_prefix(bob: dict[str, object]) -> None:
+    """The prefix: create, describe, produce, delete; the DENY beats the prefix's ALLOW;
+    nothing outside his ACLs."""
     admin = AdminClient(bob)
     for future in admin.create_topics(
         [NewTopic("bob-pre-a", 1, 1), NewTopic("bob-pre-denied", 1, 1)]
@@ -1112,13 +1112,7 @@ def test_bob_acts_within_his_acls(world: World) -> None:
     denied = Consumer({**bob, "group.id": "bob-group", "auto.offset.reset": "earliest"})
     try:
         denied.assign([CTopicPartition("bob-pre-denied", 0, 0)])
-        deadline = time.monotonic() + 20
-        error = None
-        while error is None and time.monotonic() < deadline:
-            msg = denied.poll(0.5)
-            if msg is not None and msg.error() is not None:
-                error = msg.error().code()
-        assert error == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert first_error_code(denied, 20) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     finally:
         denied.close()
     # bob may not touch topics outside his ACLs
@@ -1128,6 +1122,28 @@ def test_bob_acts_within_his_acls(world: World) -> None:
     assert info.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     [future] = admin.delete_topics(["bob-pre-a"]).values()
     future.result(30)
+
+
+def test_bob_acts_within_his_acls(world: World) -> None:
+    """LITERAL ACLs on a topic, a group and a transactional id, PREFIXED ones on a topic
+    prefix, a DENY that overrides the prefix's ALLOW; confluent-kafka and kafka-python."""
+    cluster = world.cluster
+    T, G = ResourceType.TOPIC, ResourceType.GROUP
+    prefixed = ResourcePatternType.PREFIXED
+    grant(
+        cluster,
+        acl(T, "bob-orders", AclOperation.WRITE),
+        acl(T, "bob-orders", AclOperation.READ),
+        acl(G, "bob-group", AclOperation.READ),
+        acl(ResourceType.TRANSACTIONAL_ID, "bob-tx-", AclOperation.WRITE, prefixed),
+        acl(T, "bob-pre-", AclOperation.ALL, prefixed),
+        acl(T, "bob-pre-denied", AclOperation.READ, permission=AclPermissionType.DENY),
+    )
+    cluster.create_topic("bob-orders", 1, replication_factor=2)
+    bob = user_config(cluster, "bob")
+    _bob_produces_and_consumes(bob)
+    _bob_reads_with_kafka_python(cluster)
+    _bob_uses_his_prefix(bob)
 
 
 def test_one_request_is_answered_resource_by_resource(world: World) -> None:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.harness.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 integration = pytest.mark.integration
@@ -57,15 +58,6 @@ def ok(proc: subprocess.CompletedProcess[str]) -> str:
         f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}"
     )
     return proc.stdout
-
-
-def wait_until(check: Any, timeout_s: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"{what} not reached within {timeout_s}s")
 
 
 def _topics(bootstrap: str) -> set[str]:
@@ -150,7 +142,7 @@ def test_topics_round_trip(cluster: Any, topic_name: str) -> None:
         ).splitlines()[0]
         return first.split("\tConfigs: ", 1)[1].split(",")
 
-    wait_until(
+    wait_for(
         lambda: {"retention.ms=1234567", "cleanup.policy=compact"} <= set(configs()),
         what="altered configs visible in describe",
     )
@@ -171,7 +163,7 @@ def test_topics_round_trip(cluster: Any, topic_name: str) -> None:
             "cleanup.policy",
         )
     )
-    wait_until(
+    wait_for(
         lambda: "cleanup.policy=compact" not in configs(), what="deleted config gone in describe"
     )
 
@@ -194,7 +186,7 @@ def test_topics_round_trip(cluster: Any, topic_name: str) -> None:
 
     out = ok(millrace("topics", "delete", "--bootstrap-server", bs, "--topic", topic_name))
     assert f"Deleted topic {topic_name}." in out
-    wait_until(lambda: topic_name not in _topics(bs), what=f"{topic_name} gone from the list")
+    wait_for(lambda: topic_name not in _topics(bs), what=f"{topic_name} gone from the list")
     gone = millrace("topics", "delete", "--bootstrap-server", bs, "--topic", topic_name)
     assert gone.returncode == 1
     assert f"'{topic_name}'" in gone.stderr

@@ -36,6 +36,7 @@ from confluent_kafka.admin import (
 from kafka.partitioner.default import murmur2
 
 from broker.protocol import records as rec
+from tests.harness.waiting import wait_for
 
 if TYPE_CHECKING:
     from tests.harness.cluster import Cluster
@@ -479,14 +480,11 @@ def test_create_and_delete_topics(cluster: Cluster, topic_name: str) -> None:
 
     deleted = admin.client.delete_topics([topic_name], operation_timeout=30, request_timeout=30)
     deleted[topic_name].result(timeout=60)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and topic_name in admin.topic_names():
-        time.sleep(0.2)
-    assert topic_name not in admin.topic_names(), "deleted topic still listed in metadata"
-    while time.monotonic() < deadline and cluster.log_dir(topic_name, 0).exists():
-        time.sleep(0.2)
-    assert not cluster.log_dir(topic_name, 0).exists(), (
-        f"{cluster.log_dir(topic_name, 0)} still exists after delete"
+    wait_for(lambda: topic_name not in admin.topic_names(), 60, "the deleted topic unlisted")
+    wait_for(
+        lambda: not cluster.log_dir(topic_name, 0).exists(),
+        60,
+        f"{cluster.log_dir(topic_name, 0)} removed after delete",
     )
 
     # the same name can be created again, empty
@@ -777,13 +775,12 @@ def test_acks_zero_records_are_stored(cluster: Cluster, topic_name: str) -> None
     # acks=0 gets no response, so wait until the broker has appended everything
     c = consumer(cluster, topic_name)
     try:
-        deadline = time.monotonic() + 60
-        high = -1
-        while time.monotonic() < deadline:
-            _low, high = c.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=15)
-            if high >= 500:
-                break
-            time.sleep(0.2)
+
+        def appended() -> int | None:
+            high = int(c.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=15)[1])
+            return high if high >= 500 else None
+
+        high = wait_for(appended, 60, "500 acks=0 records appended")
         assert high == 500, f"high watermark {high} after 500 acks=0 records"
     finally:
         c.close()

@@ -2,8 +2,8 @@
 
 Every test starts its own cluster (``cluster_factory``, 3 brokers, ZooKeeper session timeout
 6 s, ``replica.lag.time.max.ms`` 5 s) and most run an idempotent acks=all confluent-kafka
-producer in a thread that writes sequential values per partition and records what was
-acknowledged, while brokers are killed and restarted:
+producer in a thread (the harness's ``AckedProducer``) that writes sequential values per
+partition and records what was acknowledged, while brokers are killed and restarted:
 
 * SIGKILL of a partition leader, later restarted: a new leader is elected, production goes
   on, the restarted broker rejoins every ISR, every acknowledged record is readable exactly
@@ -34,16 +34,15 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from confluent_kafka import ElectionType, KafkaError, Producer, TopicPartition
+from confluent_kafka import ElectionType, Producer, TopicPartition
 
 from broker.protocol import records as rec
+from tests.harness.acked_producer import AckedProducer
 from tests.harness.ports import free_port
 from tests.harness.processes import kill_pid
 
@@ -69,130 +68,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.fault, pytest.mark.timeout(30
 # --- helpers -----------------------------------------------------------------------------------
 
 
-class ContinuousProducer:
-    """An idempotent acks=all confluent-kafka producer in a thread: value ``b"<p>:<seq>"``
-    with ``seq`` counting up per partition, about ``rate`` records/s in all. Records every
-    acknowledged (seq, offset) per partition, delivery errors and fatal errors."""
-
-    def __init__(self, cluster: Cluster, topic: str, partitions: int, rate: int = 300) -> None:
-        self.topic = topic
-        self.partitions = partitions
-        self.interval = partitions / rate
-        self.acked: dict[int, list[tuple[int, int]]] = {p: [] for p in range(partitions)}
-        self.errors: list[tuple[int, int, KafkaError]] = []
-        self.client_errors: list[KafkaError] = []
-        self.next_seq = dict.fromkeys(range(partitions), 0)
-        self.unflushed = -1
-        self.failure: BaseException | None = None
-        self.lock = threading.Lock()
-        self._stop = threading.Event()
-        self.producer = Producer(
-            cluster.conf(
-                {
-                    "acks": "all",
-                    "enable.idempotence": True,
-                    "linger.ms": 5,
-                    # long enough to ride out any failover in these tests
-                    "message.timeout.ms": 180000,
-                    "retry.backoff.ms": 100,
-                    "retry.backoff.max.ms": 1000,
-                    "reconnect.backoff.max.ms": 1000,
-                    "topic.metadata.refresh.interval.ms": 2000,
-                    "error_cb": self._on_error,
-                }
-            )
-        )
-        self.thread = threading.Thread(target=self._run, name=f"producer-{topic}", daemon=True)
-
-    def _on_error(self, err: KafkaError) -> None:
-        if err.fatal():
-            with self.lock:
-                self.client_errors.append(err)
-
-    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        p_text, seq_text = msg.value().split(b":")
-        p, seq = int(p_text), int(seq_text)
-        with self.lock:
-            if err is not None:
-                self.errors.append((p, seq, err))
-            else:
-                self.acked[p].append((seq, msg.offset()))
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                for p in range(self.partitions):
-                    seq = self.next_seq[p]
-                    while True:
-                        try:
-                            self.producer.produce(
-                                self.topic,
-                                f"{p}:{seq:07d}".encode(),
-                                partition=p,
-                                on_delivery=self._on_delivery,
-                            )
-                            break
-                        except BufferError:
-                            self.producer.poll(0.1)
-                    self.next_seq[p] = seq + 1
-                self.producer.poll(0)
-                time.sleep(self.interval)
-            self.unflushed = self.producer.flush(180)
-        except BaseException as exc:  # noqa: BLE001 - reported by stop()
-            self.failure = exc
-
-    def start(self) -> ContinuousProducer:
-        self.thread.start()
-        return self
-
-    def counts(self) -> dict[int, int]:
-        with self.lock:
-            return {p: len(a) for p, a in self.acked.items()}
-
-    def wait_progress(self, records: int, timeout_s: float, what: str) -> None:
-        """Until every partition has ``records`` more acknowledged records than now."""
-        start = self.counts()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            now = self.counts()
-            if all(now[p] >= start[p] + records for p in now):
-                return
-            assert self.thread.is_alive(), f"producer thread died: {self.failure!r}"
-            time.sleep(0.2)
-        with self.lock:
-            errors = self.errors[-3:] + [(-1, -1, e) for e in self.client_errors[-3:]]
-        raise AssertionError(
-            f"{what}: acknowledged per partition {start} -> {self.counts()} in {timeout_s:g}s, "
-            f"wanted +{records} each; recent errors {errors}"
-        )
-
-    def stop(self) -> None:
-        self._stop.set()
-        self.thread.join(240)
-        assert not self.thread.is_alive(), "producer thread did not finish flushing"
-        assert self.failure is None, f"producer thread failed: {self.failure!r}"
-        assert self.unflushed == 0, f"{self.unflushed} records still queued after flush(180)"
-
-    def check_served(self, cluster: Cluster) -> None:
-        """Every produced record was acknowledged and is served exactly once, at its
-        acknowledged offset, in production order per partition."""
-        assert not self.client_errors, f"fatal producer errors: {self.client_errors}"
-        assert not self.errors, f"{len(self.errors)} delivery errors, e.g. {self.errors[:3]}"
-        served = cluster.consume(self.topic, list(range(self.partitions)), timeout_s=120)
-        for p in range(self.partitions):
-            produced = self.next_seq[p]
-            acked = sorted(self.acked[p], key=lambda so: so[1])
-            assert len(acked) == produced, f"partition {p}: {produced} produced, {len(acked)} acked"
-            got = [(int(m.value().split(b":")[1]), m.offset()) for m in served[p]]
-            seqs = [s for s, _o in got]
-            dups = sorted(s for s, n in Counter(seqs).items() if n > 1)
-            missing = sorted({s for s, _o in acked} - set(seqs))
-            assert not dups and not missing, (
-                f"partition {p}: {len(missing)} acknowledged records missing (e.g. "
-                f"{missing[:5]}), {len(dups)} duplicated (e.g. {dups[:5]}); served {len(got)}"
-            )
-            assert seqs == list(range(produced)), f"partition {p}: served out of order"
-            assert got == acked, f"partition {p}: served offsets differ from acknowledged ones"
+def run_producer(c: Cluster, topic: str, partitions: int, rate: int = 300) -> AckedProducer:
+    """The harness's idempotent acks=all producer, in the background at about ``rate``
+    records/s (small values: ``b"<p>:<seq>:"``)."""
+    return AckedProducer(c, topic, partitions, value_bytes=0).start(rate)
 
 
 def start_cluster(
@@ -274,7 +153,7 @@ def test_leader_sigkill_and_restart(
     c = start_cluster(cluster_factory, security="sasl_ssl")
     partitions = 3
     make_topic(c, topic_name, partitions)
-    producer = ContinuousProducer(c, topic_name, partitions).start()
+    producer = run_producer(c, topic_name, partitions)
     try:
         producer.wait_progress(200, 60, "before the kill")
         victim = leader_of(c, topic_name, 0)
@@ -324,7 +203,7 @@ def test_dead_processes_fail_over_before_their_sessions_expire(
     c = start_cluster(cluster_factory, {"zookeeper.session.timeout.ms": "18000"}, "sasl_ssl")
     partitions = 3
     make_topic(c, topic_name, partitions)
-    producer = ContinuousProducer(c, topic_name, partitions).start()
+    producer = run_producer(c, topic_name, partitions)
     try:
         producer.wait_progress(200, 60, "before the faults")
         controller = c.controller_id()
@@ -392,7 +271,7 @@ def test_controlled_shutdown_moves_leadership_first(
     c = start_cluster(cluster_factory)
     partitions = 3
     make_topic(c, topic_name, partitions)
-    producer = ContinuousProducer(c, topic_name, partitions).start()
+    producer = run_producer(c, topic_name, partitions)
     try:
         producer.wait_progress(200, 60, "before the shutdown")
         victim = leader_of(c, topic_name, 0)
@@ -427,7 +306,7 @@ def test_rolling_restart_under_load(
     c = start_cluster(cluster_factory)
     partitions = 3
     make_topic(c, topic_name, partitions)
-    producer = ContinuousProducer(c, topic_name, partitions).start()
+    producer = run_producer(c, topic_name, partitions)
     try:
         producer.wait_progress(200, 60, "before the rolling restart")
         for b in BROKERS:
@@ -587,7 +466,7 @@ def test_kip101_fast_double_leader_change(
 ) -> None:
     c = start_cluster(cluster_factory, {"min.insync.replicas": "1"})
     make_topic(c, topic_name, 1)
-    producer = ContinuousProducer(c, topic_name, 1, rate=200).start()
+    producer = run_producer(c, topic_name, 1, rate=200)
     try:
         producer.wait_progress(200, 60, "before the first kill")
         first = leader_of(c, topic_name, 0)

@@ -192,16 +192,9 @@ class Committer:
         self.consumer.close()
 
 
-# make fault: 18 s of make test's budget (issue 30); the transaction coordinator's twin stays
-@pytest.mark.long
-@pytest.mark.fault
-def test_new_group_coordinator_loads_only_the_live_offsets(cluster: Cluster) -> None:
-    cluster.ensure_all_running()
-    group = "compacted-commits"
-    topic = cluster.create_topic(
-        "commit-source", COMMITTERS * PARTITIONS_PER_COMMIT, replication_factor=3
-    )
-    offsets_partition = partition_for(group, INTERNAL_PARTITIONS)
+def _commit_storm(cluster: Cluster, group: str, topic: str) -> float:
+    """COMMITS offset commits from COMMITTERS concurrent members of ``group``, each its own
+    partitions of ``topic``; every commit answered. Returns how long it took."""
     committers = [
         Committer(
             cluster,
@@ -234,31 +227,16 @@ def test_new_group_coordinator_loads_only_the_live_offsets(cluster: Cluster) -> 
     assert all(c.final_ok for c in committers), summary
     assert all(c.acked + len(c.failed) >= per_committer for c in committers), summary
     assert all(len(c.failed) <= per_committer // 100 for c in committers), summary
-    expected = {p: COMMITS // COMMITTERS for p in range(COMMITTERS * PARTITIONS_PER_COMMIT)}
+    return elapsed
+
+
+def _check_new_group_coordinator(
+    cluster: Cluster, group: str, topic: str, offsets_partition: int, expected: dict[int, int]
+) -> None:
+    """SIGKILL the coordinator: the new one serves ``expected`` and replayed only about the
+    live keys (at most 4 records per key)."""
     live_keys = len(expected)
     written = COMMITS * PARTITIONS_PER_COMMIT
-
-    poker = Consumer(cluster.conf({"group.id": group, "enable.auto.commit": False}))
-    try:
-        on_disk = _wait_compacted(
-            cluster,
-            "__consumer_offsets",
-            offsets_partition,
-            4 * live_keys,
-            # the same offsets again: the storm's last segment rolls and gets cleaned
-            lambda: poker.commit(
-                offsets=[TopicPartition(topic, p, o) for p, o in expected.items()],
-                asynchronous=False,
-            ),
-            f"every replica of __consumer_offsets-{offsets_partition} compacted",
-        )
-    finally:
-        poker.close()
-    print(
-        f"records on disk after cleaning: {on_disk} (written: {written}), "
-        f"{time.monotonic() - started - elapsed:.1f}s after the last commit"
-    )
-
     cluster.wait_isr_complete("__consumer_offsets", 90)  # another replica can take over
     coordinator = cluster.describe("__consumer_offsets")[offsets_partition][0]
     positions = {b: _output_size(cluster, b) for b in cluster.broker_ids()}
@@ -298,6 +276,45 @@ def test_new_group_coordinator_loads_only_the_live_offsets(cluster: Cluster) -> 
         )
     finally:
         cluster.start_broker(coordinator)
+
+
+# make fault: 18 s of make test's budget (issue 30); the transaction coordinator's twin stays
+@pytest.mark.long
+@pytest.mark.fault
+def test_new_group_coordinator_loads_only_the_live_offsets(cluster: Cluster) -> None:
+    cluster.ensure_all_running()
+    group = "compacted-commits"
+    topic = cluster.create_topic(
+        "commit-source", COMMITTERS * PARTITIONS_PER_COMMIT, replication_factor=3
+    )
+    offsets_partition = partition_for(group, INTERNAL_PARTITIONS)
+    started = time.monotonic()
+    elapsed = _commit_storm(cluster, group, topic)
+    expected = {p: COMMITS // COMMITTERS for p in range(COMMITTERS * PARTITIONS_PER_COMMIT)}
+    live_keys = len(expected)
+    written = COMMITS * PARTITIONS_PER_COMMIT
+
+    poker = Consumer(cluster.conf({"group.id": group, "enable.auto.commit": False}))
+    try:
+        on_disk = _wait_compacted(
+            cluster,
+            "__consumer_offsets",
+            offsets_partition,
+            4 * live_keys,
+            # the same offsets again: the storm's last segment rolls and gets cleaned
+            lambda: poker.commit(
+                offsets=[TopicPartition(topic, p, o) for p, o in expected.items()],
+                asynchronous=False,
+            ),
+            f"every replica of __consumer_offsets-{offsets_partition} compacted",
+        )
+    finally:
+        poker.close()
+    print(
+        f"records on disk after cleaning: {on_disk} (written: {written}), "
+        f"{time.monotonic() - started - elapsed:.1f}s after the last commit"
+    )
+    _check_new_group_coordinator(cluster, group, topic, offsets_partition, expected)
 
 
 # --- __transaction_state -----------------------------------------------------------------------

@@ -59,7 +59,10 @@ def _committed(bootstrap: str, group: str, topic: str) -> int:
     return int(tp.offset)
 
 
-def test_offsets_never_ahead_during_failover(cluster: Any, topic_name: str, tmp_path: Path) -> None:
+def _place_output(cluster: Any, topic_name: str, tmp_path: Path) -> tuple[str, str, list[int]]:
+    """The source topic, and the output topic led by the broker (the last of the returned
+    ids) that neither coordinates the transactions (the first) nor the group (the second);
+    its follower is the transaction coordinator. Returns (source, output, those 3 ids)."""
     source = cluster.create_topic(f"{topic_name}-in", 1, replication_factor=3)
     cluster.create_topic("warm-up", 1, replication_factor=3)
     sink = Sink(cluster.bootstrap, "warm-up", tmp_path / "warm")
@@ -73,7 +76,42 @@ def test_offsets_never_ahead_during_failover(cluster: Any, topic_name: str, tmp_
     )
     assert cluster.leader_of(out, 0) == doomed
     cluster.wait_isr_complete(out, 1)
+    return source, out, [coordinator, group_leader, doomed]
 
+
+class _OffsetProbe:
+    """A thread reading the group's committed offset of ``source`` until it reaches
+    ``rows``; at that moment every one of the ``rows`` output rows must be visible
+    (read_committed), else a violation is recorded."""
+
+    def __init__(self, bootstrap: str, group: str, source: str, out: str, rows: int) -> None:
+        self.bootstrap = bootstrap
+        self.group = group
+        self.source = source
+        self.out = out
+        self.rows = rows
+        self.violations: list[str] = []
+        self.seen_offsets = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                offset = _committed(self.bootstrap, self.group, self.source)
+            except Exception:  # noqa: BLE001 - a coordinator moving: try again
+                continue
+            if offset >= self.rows:
+                visible = len(committed_rows(self.bootstrap, self.out, 1))
+                if visible < self.rows:
+                    self.violations.append(f"offset {offset} committed with {visible} rows visible")
+                self.seen_offsets.set()
+                return
+            time.sleep(0.1)  # the probe's pace
+
+
+def test_offsets_never_ahead_during_failover(cluster: Any, topic_name: str, tmp_path: Path) -> None:
+    source, out, (coordinator, group_leader, doomed) = _place_output(cluster, topic_name, tmp_path)
     group = f"{topic_name}-group"
     # clients bootstrap from the two brokers that stay up, so that no request but the
     # marker's waits for the stopped leader
@@ -85,24 +123,7 @@ def test_offsets_never_ahead_during_failover(cluster: Any, topic_name: str, tmp_
     eos = sink.planned()
     report = sink.task(eos, 0, 0, 1, data)
 
-    violations: list[str] = []
-    seen_offsets = threading.Event()
-    stop = threading.Event()
-
-    def probe() -> None:
-        while not stop.is_set():
-            try:
-                offset = _committed(bootstrap, group, source)
-            except Exception:  # noqa: BLE001 - a coordinator moving: try again
-                continue
-            if offset >= 40:
-                visible = len(committed_rows(bootstrap, out, 1))
-                if visible < len(data):
-                    violations.append(f"offset {offset} committed with {visible} rows visible")
-                seen_offsets.set()
-                return
-            time.sleep(0.1)
-
+    probe = _OffsetProbe(bootstrap, group, source, out, len(data))
     outcome: list[object] = []
 
     def commit() -> None:
@@ -111,11 +132,10 @@ def test_offsets_never_ahead_during_failover(cluster: Any, topic_name: str, tmp_
         except Exception as exc:  # noqa: BLE001 - reported below
             outcome.append(exc)
 
-    watcher = threading.Thread(target=probe, daemon=True)
     committer = threading.Thread(target=commit, daemon=True)
     cluster.pause_broker(doomed)
     try:
-        watcher.start()
+        probe.thread.start()
         committer.start()
         time.sleep(4.0)  # EndTxn has answered; the marker waits for the stopped leader
         assert committer.is_alive(), f"the commit finished while the leader was stopped: {outcome}"
@@ -124,11 +144,11 @@ def test_offsets_never_ahead_during_failover(cluster: Any, topic_name: str, tmp_
         committer.join(120)
         assert not committer.is_alive(), "the commit did not finish after the failover"
         assert not isinstance(outcome[0], Exception), outcome[0]
-        assert seen_offsets.wait(60), "the offsets were never committed"
+        assert probe.seen_offsets.wait(60), "the offsets were never committed"
     finally:
-        stop.set()
+        probe.stop.set()
         cluster.resume_broker(doomed)
         cluster.ensure_running(doomed)
-    assert not violations, violations
+    assert not probe.violations, probe.violations
     exactly(data, committed_rows(cluster.bootstrap, out, 1))
     assert _committed(cluster.bootstrap, group, source) == 40

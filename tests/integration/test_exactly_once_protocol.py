@@ -52,6 +52,7 @@ from spark_connector.exactly_once.task import TaskIdentity, write_exactly_once
 from spark_connector.kafka.transactions import TxnClient
 from spark_connector.write.outcome import TaskTransaction
 from spark_connector.write.plan import BatchSettings, batch_settings, plan_write
+from tests.harness.waiting import wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -205,15 +206,6 @@ def stable(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> bool:
     return True
 
 
-def wait_for(predicate: Any, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"never happened: {what}")
-
-
 def exactly(expected: list[Row], seen: list[Row]) -> None:
     counts = Counter(seen)
     duplicates = {r: c for r, c in counts.items() if c > 1}
@@ -351,7 +343,7 @@ def test_zombie_writes_are_never_committed(any_sink: Sink) -> None:
     assert kept.transaction.transactional_id != zombie.transaction.transactional_id
     sink.committer(new_run_name(), eos).commit(0, [kept])
     exactly(rows("kept", 60), committed_rows(sink.bootstrap, sink.topic))
-    wait_for(lambda: stable(sink.bootstrap, sink.topic), "the zombie's transaction aborted")
+    wait_for(lambda: stable(sink.bootstrap, sink.topic), 60, "the zombie's transaction aborted")
     with TxnClient(sink.bootstrap) as client:
         state = client.describe(zombie.transaction.transactional_id)
     assert state.state in ("Empty", "CompleteAbort") and not state.holds(zombie.transaction)
@@ -455,7 +447,7 @@ def test_a_dead_tasks_transaction_is_fenced_when_the_next_batch_is_planned(sink:
     dead = sink.task(eos, 0, 0, tid=1, rows=rows("dead", 10))
     assert not stable(sink.bootstrap, sink.topic)
     sink.planned()
-    wait_for(lambda: stable(sink.bootstrap, sink.topic), "the dead task's transaction aborted")
+    wait_for(lambda: stable(sink.bootstrap, sink.topic), 60, "the dead task's transaction aborted")
     assert committed_rows(sink.bootstrap, sink.topic) == []
     assert dead.transaction is not None
 
@@ -591,6 +583,7 @@ def test_partition_count_change_between_batches_fails_before_anything_is_visible
         lambda: (
             TxnClient(sink.bootstrap).partition_counts([sink.topic])[sink.topic] == PARTITIONS + 1
         ),
+        60,
         "the new partition",
     )
     eos = sink.planned()
@@ -623,6 +616,7 @@ def test_output_topic_deleted_before_the_commit_never_advances_offsets(sink: Sin
     admin.delete_topics([sink.topic])[sink.topic].result(30)
     wait_for(
         lambda: TxnClient(sink.bootstrap).partition_counts([sink.topic])[sink.topic] == 0,
+        60,
         "the topic gone",
     )
     with pytest.raises(ExactlyOnceError, match=r"were deleted and nothing of the batch is visible"):
@@ -725,15 +719,54 @@ def rows_up_to(bootstrap: str, topic: str, cut: Any) -> list[Row]:
     return out
 
 
+def _commit_holding_one_task_back(
+    sink: Sink,
+    eos: ExactlyOnce,
+    run: str,
+    batch: int,
+    reports: list[TaskTransaction],
+    held: tuple[int, int, list[Row]],
+) -> None:
+    """Commit ``batch`` while the fault hook holds its second task transaction back. While
+    held, with ``held`` = (visible, boundary batch, up to it): a plain read_committed read
+    sees ``visible`` rows, the latest boundary is the boundary batch's, and reading up to it
+    gives exactly the rows named."""
+    import os
+    import threading
+
+    visible, boundary_batch, up_to = held
+    errors: list[BaseException] = []
+
+    def commit() -> None:
+        try:
+            sink.committer(run, eos).commit(batch, reports)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            errors.append(exc)
+
+    os.environ[FAULT_ENV] = f"ended@{batch}=4"
+    thread = threading.Thread(target=commit)
+    try:
+        thread.start()
+        wait_for(
+            lambda: len(committed_rows(sink.bootstrap, sink.topic)) == visible,
+            60,
+            f"half of batch {batch}",
+        )
+        b = latest_boundary(sink.bootstrap, sink.topic)
+        assert b is not None and b.batch == boundary_batch
+        exactly(up_to, rows_up_to(sink.bootstrap, sink.topic, b))
+    finally:
+        thread.join(60)
+        os.environ.pop(FAULT_ENV, None)
+    assert not errors, errors
+
+
 def test_a_reader_at_the_boundary_never_sees_half_a_batch(any_sink: Sink) -> None:
     """While the committer of a batch holds its second task transaction back (one task
     transaction committed and visible to any read_committed consumer), the boundary is still
     the previous batch's: for the sink's first batch into the topic, a first boundary (batch
     -1) holding what other producers wrote before; then batch 0's. A read up to it gives
     exactly the previous state; then the new boundary gives both."""
-    import os
-    import threading
-
     from confluent_kafka import Producer
 
     sink = any_sink
@@ -744,46 +777,17 @@ def test_a_reader_at_the_boundary_never_sees_half_a_batch(any_sink: Sink) -> Non
     assert other.flush(30) == 0
     eos = sink.planned()
     run = new_run_name()
-    errors: list[BaseException] = []
-
-    def commit(batch: int, reports: list[TaskTransaction]) -> None:
-        try:
-            sink.committer(run, eos).commit(batch, reports)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
-            errors.append(exc)
 
     b0 = [sink.task(eos, 0, p, p, rows(f"b0p{p}", 25)) for p in range(2)]
-    os.environ[FAULT_ENV] = "ended@0=4"
-    thread = threading.Thread(target=commit, args=(0, b0))
-    try:
-        thread.start()
-        wait_for(lambda: len(committed_rows(sink.bootstrap, sink.topic)) == 30, "half of batch 0")
-        b = latest_boundary(sink.bootstrap, sink.topic)
-        assert b is not None and b.batch == -1
-        exactly(before, rows_up_to(sink.bootstrap, sink.topic, b))
-    finally:
-        thread.join(60)
-        os.environ.pop(FAULT_ENV, None)
-    assert not errors, errors
+    _commit_holding_one_task_back(sink, eos, run, 0, b0, (30, -1, before))
     first = latest_boundary(sink.bootstrap, sink.topic)
     assert first is not None and first.batch == 0
     eos = sink.planned()
     b1 = [sink.task(eos, 1, p, 10 + p, rows(f"b1p{p}", 25)) for p in range(2)]
-    os.environ[FAULT_ENV] = "ended@1=4"
-    thread = threading.Thread(target=commit, args=(1, b1))
-    try:
-        thread.start()
-        batch0 = before + rows("b0p0", 25) + rows("b0p1", 25)
-        # half of batch 1 is visible to a plain read_committed consumer ...
-        wait_for(lambda: len(committed_rows(sink.bootstrap, sink.topic)) == 80, "half of batch 1")
-        # ... but the boundary is still batch 0's, and reading up to it gives batch 0
-        b = latest_boundary(sink.bootstrap, sink.topic)
-        assert b is not None and b.batch == 0
-        exactly(batch0, rows_up_to(sink.bootstrap, sink.topic, b))
-    finally:
-        thread.join(60)
-        os.environ.pop(FAULT_ENV, None)
-    assert not errors, errors
+    batch0 = before + rows("b0p0", 25) + rows("b0p1", 25)
+    # half of batch 1 is visible to a plain read_committed consumer, but the boundary is
+    # still batch 0's, and reading up to it gives batch 0
+    _commit_holding_one_task_back(sink, eos, run, 1, b1, (80, 0, batch0))
     b = latest_boundary(sink.bootstrap, sink.topic)
     assert b is not None and b.batch == 1
     assert all(b.end(p) >= first.end(p) for p in range(PARTITIONS))

@@ -220,6 +220,63 @@ def test_kafka_controller_with_millrace_brokers(tmp_path: Path) -> None:
         cluster.close()
 
 
+def _kafka_leader_changes_isr_through_the_controller(
+    cluster: MixedCluster, writer: Acked, tmp_path: Path
+) -> None:
+    """Millrace broker 2 stops answering (well within its ZooKeeper session): the Kafka
+    leader, with records broker 2 does not fetch, shrinks the ISR through the Millrace
+    controller (AlterPartition), and acks=all goes on with 2 in sync; caught up again, the
+    leader's expansion goes through the controller too."""
+    before = [cluster.partition_state("kafka-led", p) for p in range(2)]
+    pid = cluster.node(2).proc.pid  # type: ignore[union-attr]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        writer.write(100)  # acknowledged once the ISR is [3, 1]
+        wait_isr(cluster, "kafka-led", 2, [1, 3])
+        shrunk = [cluster.partition_state("kafka-led", p) for p in range(2)]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    for b, s in zip(before, shrunk, strict=True):
+        assert s["leader"] == 3 and s["leader_epoch"] == b["leader_epoch"], (b, s)
+    wait_isr(cluster, "kafka-led", 2, [1, 2, 3])
+    after = [cluster.partition_state("kafka-led", p) for p in range(2)]
+    for b, a in zip(before, after, strict=True):
+        assert a["leader"] == 3 and a["leader_epoch"] == b["leader_epoch"]
+    controller_log = next((tmp_path / "broker-1").glob("millrace-0/broker.out")).read_text()
+    for p in range(2):
+        assert f"kafka-led-{p}: ISR [3, 1] (AlterPartition from broker 3)" in controller_log
+        assert f"kafka-led-{p}: ISR [3, 1, 2] (AlterPartition from broker 3)" in controller_log
+
+
+def _kafka_producer_ids_from_the_controller(cluster: MixedCluster) -> None:
+    """The Kafka broker's producer ids come from the controller (AllocateProducerIds), in a
+    block of /latest_producer_id_block written for broker 3."""
+    import datetime
+    import json
+
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+
+    request = InitProducerIdRequest(
+        transactional_id=None,
+        transaction_timeout=datetime.timedelta(milliseconds=60000),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    # Kafka answers COORDINATOR_LOAD_IN_PROGRESS (retriable) until its first block from the
+    # controller has arrived; clients retry, so does this
+    with RawConnection("127.0.0.1", cluster.node(3).port) as conn:
+
+        def answered() -> Any:
+            response = conn.request(request)
+            return response if int(response.error_code) != 14 else None
+
+        response = wait_for(answered, 60, "InitProducerId answered by the Kafka broker")
+    assert int(response.error_code) == 0, response
+    block = json.loads(cluster.zk_get("/latest_producer_id_block") or b"{}")
+    assert block["broker"] == 3, block
+    assert int(block["block_start"]) <= int(response.producer_id) <= int(block["block_end"])
+
+
 def test_millrace_controller_with_a_kafka_leader(tmp_path: Path) -> None:
     cluster = MixedCluster(tmp_path, BROKER_PROPS)
     try:
@@ -242,61 +299,8 @@ def test_millrace_controller_with_a_kafka_leader(tmp_path: Path) -> None:
         wait_isr(cluster, "kafka-led", 2, [1, 2, 3])
         writer = Acked(cluster.bootstrap, "kafka-led", 2)
         writer.write(200)
-        before = [cluster.partition_state("kafka-led", p) for p in range(2)]
-
-        # Millrace broker 2 stops answering (well within its ZooKeeper session): the Kafka
-        # leader, with records broker 2 does not fetch, shrinks the ISR through the Millrace
-        # controller (AlterPartition), and acks=all goes on with 2 in sync
-        pid = cluster.node(2).proc.pid  # type: ignore[union-attr]
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            writer.write(100)  # acknowledged once the ISR is [3, 1]
-            wait_isr(cluster, "kafka-led", 2, [1, 3])
-            shrunk = [cluster.partition_state("kafka-led", p) for p in range(2)]
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        for b, s in zip(before, shrunk, strict=True):
-            assert s["leader"] == 3 and s["leader_epoch"] == b["leader_epoch"], (b, s)
-        # caught up again: the leader's expansion goes through the controller too
-        wait_isr(cluster, "kafka-led", 2, [1, 2, 3])
-        after = [cluster.partition_state("kafka-led", p) for p in range(2)]
-        for b, a in zip(before, after, strict=True):
-            assert a["leader"] == 3 and a["leader_epoch"] == b["leader_epoch"]
-        controller_log = next((tmp_path / "broker-1").glob("millrace-0/broker.out")).read_text()
-        for p in range(2):
-            assert f"kafka-led-{p}: ISR [3, 1] (AlterPartition from broker 3)" in controller_log
-            assert f"kafka-led-{p}: ISR [3, 1, 2] (AlterPartition from broker 3)" in controller_log
-
-        # the Kafka broker's producer ids come from the controller (AllocateProducerIds),
-        # in a block of /latest_producer_id_block written for broker 3
-        import datetime
-        import time
-
-        from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
-
-        # Kafka answers COORDINATOR_LOAD_IN_PROGRESS (retriable) until its first block from
-        # the controller has arrived; clients retry, so does this
-        deadline = time.monotonic() + 60
-        with RawConnection("127.0.0.1", cluster.node(3).port) as conn:
-            while True:
-                response = conn.request(
-                    InitProducerIdRequest(
-                        transactional_id=None,
-                        transaction_timeout=datetime.timedelta(milliseconds=60000),
-                        producer_id=-1,
-                        producer_epoch=-1,
-                    )
-                )
-                if int(response.error_code) != 14 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
-        assert int(response.error_code) == 0, response
-        import json
-
-        block = json.loads(cluster.zk_get("/latest_producer_id_block") or b"{}")
-        assert block["broker"] == 3, block
-        assert int(block["block_start"]) <= int(response.producer_id) <= int(block["block_end"])
-
+        _kafka_leader_changes_isr_through_the_controller(cluster, writer, tmp_path)
+        _kafka_producer_ids_from_the_controller(cluster)
         writer.write(100)
         writer.check_read_back(cluster.bootstrap)
         assert cluster.controller_id() == 1

@@ -310,7 +310,12 @@ def test_rolling_migration_kafka_to_millrace_and_back(tmp_path: Path) -> None:
             replace(cluster, broker_id, KAFKA, history)
         assert {n.kind for n in cluster.nodes.values()} == {KAFKA}
 
-        time.sleep(2)
+        consumed = load.consumed
+        wait_for(
+            lambda: load is not None and load.consumed >= consumed + 100,
+            120,
+            "the load running on the Kafka cluster again",
+        )
         load.stop()
         kinds = [kind for _b, kind in history]
         transitions = {(a, b) for a, b in itertools.pairwise(kinds) if a != b}

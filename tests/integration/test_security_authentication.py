@@ -19,6 +19,7 @@ import pytest
 
 from tests.harness.cluster import Cluster
 from tests.harness.raw import RawConnection
+from tests.harness.waiting import wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -439,13 +440,11 @@ def test_mutual_tls_principal_from_the_certificate(cluster_factory: Any, tmp_pat
     )
     for f in c.admin().client.create_acls([binding]).values():
         f.result(timeout=30)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if "mtls" in AdminClient(dave_conf).list_topics(timeout=20).topics:
-            break
-        time.sleep(0.2)
-    else:
-        raise AssertionError("User:dave does not see the topic after the ACL")
+    wait_for(
+        lambda: "mtls" in AdminClient(dave_conf).list_topics(timeout=20).topics,
+        60,
+        "User:dave seeing the topic after the ACL",
+    )
     no_cert = {
         k: v
         for k, v in dave_conf.items()

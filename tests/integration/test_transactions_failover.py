@@ -177,7 +177,7 @@ def test_transactional_copier_while_brokers_bounce(cluster: Any, tmp_path: Path)
     try:
         for c in copiers:
             c.start()
-        time.sleep(2)
+        wait_for(lambda: sum(_log_end(cluster, "copy-out", 2)) > 0, 90, "the copiers writing")
         assert any(c.proc is not None and c.proc.poll() is None for c in copiers), (
             "the copiers finished before any broker failed: copy more records"
         )

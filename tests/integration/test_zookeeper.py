@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,6 +46,8 @@ from broker.zk.embedded_server import (
     zookeeper_is_serving,
 )
 from tests.harness.ports import free_port
+from tests.harness.processes import kill_pid, pid_alive, pids_mentioning
+from tests.harness.waiting import wait_for, wait_for_async
 
 pytestmark = pytest.mark.integration
 
@@ -55,52 +57,6 @@ T = TypeVar("T")
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
-def kill_pid(pid: int | None) -> None:
-    """SIGKILL one pid we started and wait for it to go."""
-    if not pid or pid <= 1 or pid == os.getpid() or not pid_alive(pid):
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while pid_alive(pid) and time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.05)
-
-
-def pids_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        with contextlib.suppress(OSError):
-            if text.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-    return found
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 # =========================================================================== embedded ZooKeeper
@@ -152,7 +108,8 @@ def test_embedded_zookeeper_starts_answers_and_stops(tmp_path: Path) -> None:
         zk.stop()  # idempotent
     finally:
         zk.stop()
-        kill_pid(pid)
+        if pid is not None:
+            kill_pid(pid)
 
 
 def test_embedded_zookeeper_context_manager_keeps_data(tmp_path: Path) -> None:
@@ -247,7 +204,7 @@ def test_cli_zookeeper_start_runs_in_the_foreground(tmp_path: Path) -> None:
         start_new_session=True,
     )
     try:
-        wait_until(
+        wait_for(
             lambda: proc.poll() is not None or zookeeper_is_serving("127.0.0.1", port),
             60,
             "ZooKeeper from `millrace zookeeper start`",
@@ -351,10 +308,9 @@ def test_broker_registration_is_ephemeral_and_unique(zk_connect: str) -> None:
                     assert node is not None and node.port == 9092
                 finally:
                     await d.close()
-            for _ in range(100):
-                if seen and seen[-1] == []:
-                    break
-                await asyncio.sleep(0.05)
+            await wait_for_async(
+                lambda: seen and seen[-1] == [], 30, "the broker watch seeing no broker"
+            )
             assert [1] in seen and [1, 2] in seen and seen[-1] == []
 
     run(body())
@@ -428,10 +384,9 @@ def test_controller_election_and_epochs(zk_connect: str) -> None:
                 assert stale_fence == epoch.zk_version
             finally:
                 await a.close()
-            for _ in range(100):
-                if changes[-1:] == [None]:
-                    break
-                await asyncio.sleep(0.05)
+            await wait_for_async(
+                lambda: changes[-1:] == [None], 30, "the controller watch seeing no controller"
+            )
             assert changes[-1] is None and 1 in changes
             assert await b.try_elect_controller(2) == 2
             assert await b.get_controller() == 2
@@ -456,65 +411,79 @@ def test_controller_election_and_epochs(zk_connect: str) -> None:
     run(body())
 
 
+async def _create_and_read_topic(zk: ZkClient) -> uuid.UUID:
+    """Create "orders" and read it back; returns its topic id."""
+    tid = await zk.create_topic("orders", {0: [1, 2], 1: [2, 1]}, {"retention.ms": "1000"})
+    found = await zk.get_topic_with_version("orders")
+    assert found is not None
+    topic, version = found
+    assert topic.topic_id == tid and version == 0
+    assert topic.assignment == {0: [1, 2], 1: [2, 1]}
+    assert await zk.get_topic("orders") == topic
+    assert await zk.get_topic("missing") is None
+    assert await zk.get_all_topics() == ["orders"]
+    with pytest.raises(TopicExistsError, match="already exists"):
+        await zk.create_topic("orders", {0: [1]})
+    with pytest.raises(ValueError):
+        await zk.create_topic("a/b", {0: [1]})
+    return tid
+
+
+async def _change_topic_config(zk: ZkClient) -> None:
+    """Set "orders"' config: the change is announced by a config change notification."""
+    assert await zk.get_topic_config("orders") == {"retention.ms": "1000"}
+    await zk.set_topic_config("orders", {"cleanup.policy": "compact"})
+    assert await zk.get_topic_config("orders") == {"cleanup.policy": "compact"}
+    changes: list[list[str]] = []
+    await zk.watch_config_changes(changes.append)
+    await wait_for_async(lambda: changes, 30, "the config change watch fired")
+    names = changes[-1]
+    assert names and names[-1].startswith("config_change_")
+    note = await zk.get_config_change(names[-1])
+    assert note == znodes.ConfigChangeNotificationZNode("topics/orders")
+
+
+async def _reassign_and_delete_topic(zk: ZkClient, tid: uuid.UUID) -> None:
+    # assignment updates are conditional and keep the topic id
+    assert await zk.set_topic_assignment("orders", {0: [1, 2], 1: [2, 1], 2: [1]}, 5) is None
+    assert await zk.set_topic_assignment("orders", {0: [1, 2], 1: [2, 1], 2: [1]}, 0) == 1
+    topic2 = await zk.get_topic("orders")
+    assert topic2 is not None and topic2.topic_id == tid and 2 in topic2.partitions
+    # deletion
+    with pytest.raises(UnknownTopicError):
+        await zk.mark_topic_for_deletion("missing")
+    assert await zk.mark_topic_for_deletion("orders") is True
+    assert await zk.mark_topic_for_deletion("orders") is False
+    assert await zk.get_topics_marked_for_deletion() == ["orders"]
+    await zk.create_partition_states("orders", {0: znodes.PartitionState(1, 0, [1, 2], 1)})
+    await zk.delete_topic_znodes("orders")
+    assert await zk.get_topic("orders") is None
+    assert await zk.get_partition_state("orders", 0) is None
+    assert await zk.get_topic_config("orders") == {}
+    assert await zk.get_topics_marked_for_deletion() == []
+    await zk.delete_topic_znodes("orders")  # idempotent
+
+
 def test_topic_create_get_config_delete(zk_connect: str) -> None:
     async def body() -> None:
         topic_changes: list[list[str]] = []
         async with ZkClient(zk_connect) as zk:
             await zk.ensure_persistent_paths()
             await zk.watch_topics(topic_changes.append)
-            tid = await zk.create_topic("orders", {0: [1, 2], 1: [2, 1]}, {"retention.ms": "1000"})
-            found = await zk.get_topic_with_version("orders")
-            assert found is not None
-            topic, version = found
-            assert topic.topic_id == tid and version == 0
-            assert topic.assignment == {0: [1, 2], 1: [2, 1]}
-            assert await zk.get_topic("orders") == topic
-            assert await zk.get_topic("missing") is None
-            assert await zk.get_all_topics() == ["orders"]
-            with pytest.raises(TopicExistsError, match="already exists"):
-                await zk.create_topic("orders", {0: [1]})
-            with pytest.raises(ValueError):
-                await zk.create_topic("a/b", {0: [1]})
-            assert await zk.get_topic_config("orders") == {"retention.ms": "1000"}
-            await zk.set_topic_config("orders", {"cleanup.policy": "compact"})
-            assert await zk.get_topic_config("orders") == {"cleanup.policy": "compact"}
-            changes: list[list[str]] = []
-            await zk.watch_config_changes(changes.append)
-            await asyncio.sleep(0.1)
-            names = changes[-1]
-            assert names and names[-1].startswith("config_change_")
-            note = await zk.get_config_change(names[-1])
-            assert note == znodes.ConfigChangeNotificationZNode("topics/orders")
-            # assignment updates are conditional and keep the topic id
-            assert (
-                await zk.set_topic_assignment("orders", {0: [1, 2], 1: [2, 1], 2: [1]}, 5) is None
-            )
-            assert await zk.set_topic_assignment("orders", {0: [1, 2], 1: [2, 1], 2: [1]}, 0) == 1
-            topic2 = await zk.get_topic("orders")
-            assert topic2 is not None and topic2.topic_id == tid and 2 in topic2.partitions
-            # deletion
-            with pytest.raises(UnknownTopicError):
-                await zk.mark_topic_for_deletion("missing")
-            assert await zk.mark_topic_for_deletion("orders") is True
-            assert await zk.mark_topic_for_deletion("orders") is False
-            assert await zk.get_topics_marked_for_deletion() == ["orders"]
-            await zk.create_partition_states("orders", {0: znodes.PartitionState(1, 0, [1, 2], 1)})
-            await zk.delete_topic_znodes("orders")
-            assert await zk.get_topic("orders") is None
-            assert await zk.get_partition_state("orders", 0) is None
-            assert await zk.get_topic_config("orders") == {}
-            assert await zk.get_topics_marked_for_deletion() == []
-            await zk.delete_topic_znodes("orders")  # idempotent
+            tid = await _create_and_read_topic(zk)
+            await _change_topic_config(zk)
+            await _reassign_and_delete_topic(zk, tid)
             # a topic marked for deletion cannot be re-created until the deletion finishes
             await zk.create_topic("again", {0: [1]})
             await zk.mark_topic_for_deletion("again")
             await zk.delete_topic_znodes("again")
             new_id = await zk.create_topic("again", {0: [1]})
             assert new_id != tid
-            for _ in range(100):
-                if topic_changes and topic_changes[-1] == ["again"]:
-                    break
-                await asyncio.sleep(0.05)
+            await wait_for_async(
+                lambda: topic_changes and topic_changes[-1] == ["again"],
+                30,
+                "the topic watch seeing only 'again'",
+            )
             assert ["orders"] in topic_changes and topic_changes[-1] == ["again"]
 
     run(body())
@@ -584,10 +553,11 @@ def test_isr_change_notifications(zk_connect: str) -> None:
             assert pending == {name: frozenset({TopicPartition("t", 0), TopicPartition("t", 1)})}
             await zk.delete_isr_change_notifications([name])
             assert await zk.get_isr_change_notifications() == {}
-            for _ in range(100):
-                if [name] in seen and seen[-1] == []:
-                    break
-                await asyncio.sleep(0.05)
+            await wait_for_async(
+                lambda: [name] in seen and seen[-1] == [],
+                30,
+                "the ISR change watch seeing the notification come and go",
+            )
             assert [name] in seen and seen[-1] == []
 
     run(body())
@@ -679,7 +649,9 @@ def cluster_dir(tmp_path: Path) -> Iterator[Path]:
             kill_pid(pid)
 
 
-def test_cluster_lifecycle_with_real_brokers(cluster_dir: Path) -> None:
+def _up_with_two_brokers(cluster_dir: Path) -> dict[str, Any]:
+    """``cluster up`` with 2 brokers on free ports; checks what it printed and wrote in
+    ``cluster.json``, and returns that."""
     zk_port, base_port = free_port(), free_port()
     while not all(port_is_free("127.0.0.1", base_port + i) for i in range(2)):
         base_port = free_port()
@@ -692,7 +664,7 @@ def test_cluster_lifecycle_with_real_brokers(cluster_dir: Path) -> None:
     bootstrap = f"127.0.0.1:{base_port},127.0.0.1:{base_port + 1}"
     assert up.stdout.strip().splitlines()[-1] == bootstrap
     assert "2/2 broker(s) registered" in up.stderr
-    info = json.loads((cluster_dir / "cluster.json").read_text())
+    info: dict[str, Any] = json.loads((cluster_dir / "cluster.json").read_text())
     assert info["zookeeper"] == f"127.0.0.1:{zk_port}"
     assert info["bootstrap_servers"] == bootstrap
     assert [b["id"] for b in info["brokers"]] == [1, 2]
@@ -705,18 +677,11 @@ def test_cluster_lifecycle_with_real_brokers(cluster_dir: Path) -> None:
         assert b["log_dirs"] == [str(cluster_dir / f"broker-{b['id']}" / "data")]
     assert pid_alive(info["zookeeper_pid"])
     assert b"ZooKeeperServerMain" in Path(f"/proc/{info['zookeeper_pid']}/cmdline").read_bytes()
+    return info
 
-    again = cli("cluster", "up", "--dir", str(cluster_dir), "--zk-port", str(free_port()))
-    assert again.returncode == 1 and "already running" in again.stderr
 
-    status = cli("cluster", "status", "--dir", str(cluster_dir), "--json")
-    assert status.returncode == 0, status.stderr
-    st = json.loads(status.stdout)
-    assert st["zookeeper_serving"] and st["controller"] == info["controller"]
-    assert all(b["alive"] and b["registered"] for b in st["brokers"])
-
-    # controlled stop and restart of broker 2
-    old_pid = info["brokers"][1]["pid"]
+def _restart_broker_2(cluster_dir: Path, old_pid: int) -> int:
+    """Controlled stop and restart of broker 2; returns its new pid."""
     stop = cli("cluster", "stop-broker", "--dir", str(cluster_dir), "--broker", "2")
     assert stop.returncode == 0, stop.stderr
     assert not pid_alive(old_pid)
@@ -727,18 +692,40 @@ def test_cluster_lifecycle_with_real_brokers(cluster_dir: Path) -> None:
     ]
     start = cli("cluster", "start-broker", "--dir", str(cluster_dir), "--broker", "2")
     assert start.returncode == 0, start.stderr
-    new_pid = json.loads((cluster_dir / "cluster.json").read_text())["brokers"][1]["pid"]
+    new_pid = int(json.loads((cluster_dir / "cluster.json").read_text())["brokers"][1]["pid"])
     assert new_pid != old_pid and pid_alive(new_pid)
+    return new_pid
 
-    # hard kill: start-broker waits for the dead session's znode to expire (6 s here)
+
+def _kill_and_restart_broker_2(cluster_dir: Path, pid: int) -> list[int]:
+    """Hard kill of broker 2: start-broker waits for the dead session's znode to expire
+    (6 s here). Returns every pid of the cluster (all alive)."""
     hard = cli("cluster", "stop-broker", "--dir", str(cluster_dir), "--broker", "2", "--hard")
     assert hard.returncode == 0, hard.stderr
-    assert not pid_alive(new_pid)
+    assert not pid_alive(pid)
     again_start = cli("cluster", "start-broker", "--dir", str(cluster_dir), "--broker", "2")
     assert again_start.returncode == 0, again_start.stderr
     final = json.loads((cluster_dir / "cluster.json").read_text())
     pids = [b["pid"] for b in final["brokers"]] + [final["zookeeper_pid"]]
     assert all(pid_alive(p) for p in pids)
+    return pids
+
+
+def test_cluster_lifecycle_with_real_brokers(cluster_dir: Path) -> None:
+    info = _up_with_two_brokers(cluster_dir)
+    zk_port = int(info["zookeeper"].rsplit(":", 1)[1])
+
+    again = cli("cluster", "up", "--dir", str(cluster_dir), "--zk-port", str(free_port()))
+    assert again.returncode == 1 and "already running" in again.stderr
+
+    status = cli("cluster", "status", "--dir", str(cluster_dir), "--json")
+    assert status.returncode == 0, status.stderr
+    st = json.loads(status.stdout)
+    assert st["zookeeper_serving"] and st["controller"] == info["controller"]
+    assert all(b["alive"] and b["registered"] for b in st["brokers"])
+
+    new_pid = _restart_broker_2(cluster_dir, info["brokers"][1]["pid"])
+    pids = _kill_and_restart_broker_2(cluster_dir, new_pid)
 
     down = cli("cluster", "down", "--dir", str(cluster_dir))
     assert down.returncode == 0, down.stderr

@@ -1,6 +1,6 @@
 """Fixtures for the Spark tier: one local SparkSession per test session (local[2], no UI,
-few shuffle partitions) with the ``millrace`` format registered, plus the real-broker
-``cluster`` fixtures of the integration tier.
+few shuffle partitions) with the ``millrace`` format registered. The real-broker
+``cluster`` fixtures it also uses are shared with the other tiers (``tests/conftest.py``).
 
 The session is built with ``spark_connector.session.configure``: Delta Lake 4.4's jars and
 Spark's own Kafka connector (both fetched by ``make setup`` into ``.cache/jvm``) are on
@@ -16,12 +16,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from tests.harness.fixtures import (  # noqa: F401 - re-exported fixtures
-    cluster,
-    cluster_factory,
-    topic_name,
-)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import socket
 import pytest
 
 from broker.controller.liveness import BrokerLivenessWatch
+from tests.harness.waiting import wait_for_async
 
 pytestmark = pytest.mark.unit
 
@@ -64,11 +65,7 @@ def watch_for(reports: Reports) -> BrokerLivenessWatch:
 
 
 async def _wait_connected(listener: Listener) -> None:
-    for _ in range(200):
-        if listener.writers:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the watch did not connect")
+    await wait_for_async(lambda: listener.writers, 30, "the watch connected")
 
 
 def test_a_process_that_dies_is_reported_once_and_its_return_too() -> None:

@@ -29,6 +29,7 @@ from broker.protocol import records
 from broker.protocol.errors import ErrorCode
 from broker.replication.replica_manager import ProduceResult
 from broker.types import BrokerId, TopicPartition
+from tests.harness.waiting import wait_for_async
 
 pytestmark = pytest.mark.unit
 
@@ -202,11 +203,7 @@ def _own(coordinator: TransactionCoordinator, txn_id: str, *, loaded: bool = Tru
 
 
 async def _settle(predicate: Callable[[], bool], what: str) -> None:
-    for _ in range(500):
-        if predicate():
-            return
-        await asyncio.sleep(0.002)
-    raise AssertionError(f"never happened: {what}")
+    await wait_for_async(predicate, 30, what)
 
 
 def test_routing(setup: Setup) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
@@ -23,6 +23,7 @@ from broker.protocol import registry
 from broker.protocol.errors import ErrorCode
 from broker.protocol.framing import parse_request_header, response_header, skip_tagged_fields
 from tests.harness.ports import free_port
+from tests.harness.waiting import wait_for_async
 
 pytestmark = pytest.mark.unit
 
@@ -135,12 +136,6 @@ class StandIn:
         )
         payload = hdr + registry.encode(body)
         return Response([payload], len(payload))
-
-
-async def _wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 def _run(coro: Awaitable[Any]) -> Any:
@@ -334,7 +329,7 @@ def test_timeout_closes_the_connection() -> None:
             conn = BrokerConnection(HOST, srv.port, client_id="c", request_timeout_s=0.1)
             await conn.connect()
             other = asyncio.create_task(conn.request(3, 12, _metadata_request("hang"), timeout_s=5))
-            await _wait_until(lambda: len(srv.received) == 1)
+            await wait_for_async(lambda: len(srv.received) == 1)
             with pytest.raises(TimeoutError):
                 await conn.request(3, 12, _metadata_request("hang"))
             assert not conn.connected
@@ -365,7 +360,7 @@ def test_channel_delivers_in_order_one_at_a_time() -> None:
             for n in names:
                 channel.send(1, 3, 12, _metadata_request(n), lambda r: got.append(_topic_names(r)))
             assert channel.queue_size(1) == 10
-            await _wait_until(lambda: len(got) == 10)
+            await wait_for_async(lambda: len(got) == 10)
             assert channel.queue_size(1) == 0
             await channel.close()
         assert got == [[n] for n in names]
@@ -398,7 +393,7 @@ def test_channel_retries_until_the_broker_comes_up() -> None:
         assert got == []
         assert channel.queue_size(1) == 3
         async with StandIn(port) as srv:
-            await _wait_until(lambda: len(got) == 3)
+            await wait_for_async(lambda: len(got) == 3)
             await channel.close()
         assert got == [["a"], ["b"], ["c"]]
         assert [r[3].topics[0].name for r in srv.received] == ["a", "b", "c"]
@@ -415,12 +410,12 @@ def test_channel_retries_after_a_timeout_on_a_new_connection() -> None:
             # the first attempt times out (the handler sleeps longer than the timeout),
             # then the stand-in is made fast and the retry succeeds
             channel.send(1, 3, 12, _metadata_request("sleep-200"), lambda r: None)
-            await _wait_until(lambda: len(srv.received) == 1)
+            await wait_for_async(lambda: len(srv.received) == 1)
             srv.slow = False
             channel.send(
                 1, 3, 12, _metadata_request("after"), lambda r: got.append(_topic_names(r))
             )
-            await _wait_until(lambda: len(got) == 1)
+            await wait_for_async(lambda: len(got) == 1)
             await channel.close()
         names = [r[3].topics[0].name for r in srv.received]
         assert names == ["sleep-200", "sleep-200", "after"]  # retried once, then in order
@@ -449,7 +444,7 @@ def test_channel_local_handler_short_cut_keeps_order() -> None:
         got: list[Any] = []
         for n in ("slow", "fast", "last"):
             channel.send(5, 3, 12, _metadata_request(n), got.append)
-        await _wait_until(lambda: len(got) == 3)
+        await wait_for_async(lambda: len(got) == 3)
         await channel.close()
         assert got == ["answer-slow", "answer-fast", "answer-last"]
         assert calls == [(3, 12, "slow"), (3, 12, "fast"), (3, 12, "last")]
@@ -497,7 +492,7 @@ def test_channel_close_leaves_no_tasks() -> None:
             for broker_id in (0, 1, 2):
                 channel.send(broker_id, 3, 12, _metadata_request("hang"))
             channel.remove_broker(3)  # a retiring task is awaited by close too
-            await _wait_until(lambda: len(srv.received) == 1)
+            await wait_for_async(lambda: len(srv.received) == 1)
             assert any(_ours(t) for t in asyncio.all_tasks())
             await channel.close()
             assert [t for t in asyncio.all_tasks() if _ours(t)] == []
