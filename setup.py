@@ -3,7 +3,7 @@
 ``broker.protocol._request_check`` walks a request body against its schema before kio
 decodes it (falling back to ``request_walk._walk_py``).
 ``broker.protocol._record_check`` walks the records of a produced batch to validate them
-(falling back to ``records._check_records_py``).
+(falling back to ``broker.log.log_validator._check_records_py``).
 ``spark_connector.records._native_records`` decodes Kafka record batches into Arrow buffers
 for the fetch reader; ``spark_connector.records._native_batches`` encodes Arrow columns as
 record batches for the writer (falling back to ``spark_connector.records.encoder``'s

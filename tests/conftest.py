@@ -11,8 +11,7 @@ uses lives in that tier's own conftest.py (the Spark tier's ``spark`` session).
   ``millrace cluster up`` in a temporary directory on free loopback ports and torn down
   with ``millrace cluster down``; whatever is still alive afterwards is SIGKILLed by pid, so
   a failing test never leaks ZooKeeper or a broker.
-* the ``cluster_config`` marker (the ``cluster`` fixture's broker count and properties), and
-  the report hook that attaches the tail of every running cluster's broker output to a
+* the report hook that attaches the tail of every running cluster's broker output to a
   failed test's report.
 """
 
@@ -30,14 +29,6 @@ from tests.harness.fixtures import (  # noqa: F401 - fixtures used by the tiers
     topic_name,
 )
 from tests.harness.ports import free_port
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "cluster_config(props=None, brokers=1, **props): broker count and properties (--set) "
-        "for the module's cluster fixture; underscores in keyword names become dots",
-    )
 
 
 @pytest.hookimpl(wrapper=True)

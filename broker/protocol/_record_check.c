@@ -3,7 +3,7 @@
  * check(records, count) walks `count` records of an uncompressed records section (the bytes
  * after a batch's 61-byte header, decompressed if the batch is compressed) the way Kafka's
  * DefaultRecord.readFrom reads them, and returns None, or raises ValueError saying what is
- * wrong. The twin of broker.protocol.records._check_records_py (same rules, same messages):
+ * wrong. The twin of broker.log.log_validator._check_records_py (same rules, same messages):
  *
  *   record = length varint, attributes int8, timestampDelta varlong, offsetDelta varint,
  *            keyLength varint (-1 = null), key, valueLength varint (-1 = null), value,

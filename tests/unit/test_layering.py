@@ -207,6 +207,24 @@ def test_the_zookeeper_package_imports_none_of_its_users(graph: dict[str, set[st
     assert imports_between(graph, ["broker.zk"], users) == []
 
 
+def test_security_and_quotas_import_neither_zookeeper_nor_the_config(
+    graph: dict[str, set[str]],
+) -> None:
+    """broker/security/ and broker/quota/ sit below the ZooKeeper client and the broker's
+    configuration: what they use of them is a Protocol of their own (even for type hints)."""
+    assert (
+        imports_between(graph, ["broker.security", "broker.quota"], ["broker.zk", "broker.config"])
+        == []
+    )
+
+
+def test_the_log_imports_no_replication_or_controller(graph: dict[str, set[str]]) -> None:
+    """The log floor (segments, the unified log, its validator, the cleaner) knows nothing of
+    partitions' roles, the replica manager or the controller."""
+    above = ["broker.replication", "broker.controller", "broker.coordinator", "broker.server"]
+    assert imports_between(graph, ["broker.log"], above) == []
+
+
 def test_broker_never_imports_the_connector_or_the_jobs(graph: dict[str, set[str]]) -> None:
     spark_side = ("spark_connector", "pyspark_millrace", "jobs")
     allowed = list(CLI_MODULES_USING_THE_CONNECTOR)
