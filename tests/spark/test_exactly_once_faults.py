@@ -941,82 +941,21 @@ def test_driver_killed(pipeline: Callable[..., Pipeline], when: str) -> None:
     n = FAULT_BATCH
     evidence: list[str] = []
     script = STALL_JOB if when == "before" else REAL_JOB
+    old: dict[str, tuple[int, int]] = {}
+    logged: dict[str, Any] | None = None
     if when == "before":
-        run = p.submit(
-            script=STALL_JOB, job_args=("--stall-batch", str(n), "--stall-seconds", "120")
-        )
-        p.until(
-            lambda: p.tasks_open(n), f"the write tasks of batch {n} holding open transactions", run
-        )
-        old = {}
-        for txn_id in sorted(set().union(*p.open_tasks().values())):
-            state = p.describe(txn_id)
-            old[txn_id] = (int(state.producer_id), int(state.producer_epoch))
-        p.kill(run)
-        assert p.sink_log(n) is None and p.spark_log_has("offsets", n)
-        assert not p.spark_log_has("commits", n)
-        evidence.append(f"killed with batch {n} planned, open transactions {old}, no {n}.json")
+        old = _kill_driver_before_the_commit(p, n, evidence)
     elif when == "during":
-        run = p.submit(pause=f"ended={PAUSE_S}")
-
-        def at_ended() -> bool:
-            record = p.sink_log(n)
-            if record is None or record["state"] != "prepared":
-                return False
-            first = record["tasks"][0]["txn"][0]
-            return str(p.describe(first).state) == "CompleteCommit"
-
-        p.until(at_ended, f"the committer of batch {n} pausing at 'ended'", run)
-        p.kill(run)
-        logged = p.sink_log(n)
-        assert logged is not None and logged["state"] == "prepared"
-        # the group's offsets are still the batch before's, though part of the batch may be
-        # visible (below the open last transaction's first offset in each partition)
-        before = p.sink_log(n - 1)
-        assert before is not None
-        committed = group_offsets(p.bootstrap, p.group, p.input, INPUT_PARTITIONS)
-        ends_before = {int(q): o for q, o in before["offsets"][p.input].items()}
-        ends_now = {int(q): o for q, o in logged["offsets"][p.input].items()}
-        visible = read_topic(p.bootstrap, p.output, OUTPUT_PARTITIONS, committed=True)
-        assert committed == ends_before, (committed, ends_before)
-        assert visible is not None
-        assert sum(ends_before.values()) <= len(visible) < sum(ends_now.values()), (
-            f"{len(visible)} records visible with batch {n} half committed: expected at least "
-            f"batch {n - 1}'s end {ends_before} and less than batch {n}'s {ends_now}"
-        )
-        evidence.append(
-            f"killed with {n}.json prepared, its first transaction committed: {len(visible)} "
-            f"records visible, group offsets {committed} (batch {n - 1}'s end)"
-        )
+        logged = _kill_driver_during_the_commit(p, n, evidence)
     else:
-        run = p.submit(pause=f"committed={PAUSE_S}")
-        p.until(
-            lambda: (p.sink_log(n) or {}).get("state") == "committed",
-            f"the committer of batch {n} pausing at 'committed'",
-            run,
-        )
-        p.kill(run)
-        logged = p.sink_log(n)
-        assert logged is not None and logged["state"] == "committed"
-        assert not p.spark_log_has("commits", n), "Spark wrote commits/N before the kill"
-        evidence.append(f"killed with {n}.json committed and no commits/{n}")
+        logged = _kill_driver_after_the_commit(p, n, evidence)
     p.sample("driver killed")
     p.complete(None, script=script)
     record = p.sink_log(n)
     assert record is not None and record["state"] == "committed", record
     assert p.spark_log_has("commits", n)
     if when == "before":
-        newer = {t["txn"][0]: (t["txn"][1], t["txn"][2]) for t in record["tasks"] if t["txn"]}
-        assert not any(old.get(i) == pair for i, pair in newer.items()), (
-            f"batch {n} was committed with a transaction of the killed run: {newer} vs {old}"
-        )
-        for txn_id, (pid, epoch) in old.items():
-            state = p.describe(txn_id)
-            assert not (
-                state.state == "Ongoing"
-                and (state.producer_id, state.producer_epoch) == (pid, epoch)
-            ), f"the killed run's transaction {txn_id} is still open: {state}"
-        evidence.append(f"rewritten by other producers {newer}; the killed run's fenced")
+        _check_the_killed_runs_transactions_fenced(p, n, record, old, evidence)
     else:
         assert logged is not None
         txns = [t["txn"] for t in record["tasks"]]
@@ -1026,6 +965,98 @@ def test_driver_killed(pipeline: Callable[..., Pipeline], when: str) -> None:
         )
         evidence.append("finished with the logged transactions")
     p.verify(f"driver killed {when} the commit", "; ".join(evidence))
+
+
+def _kill_driver_before_the_commit(
+    p: Pipeline, n: int, evidence: list[str]
+) -> dict[str, tuple[int, int]]:
+    """Kill the driver while batch ``n``'s write tasks hold open transactions (planned, no
+    sink log yet); returns those transactions' (producer id, epoch)."""
+    run = p.submit(script=STALL_JOB, job_args=("--stall-batch", str(n), "--stall-seconds", "120"))
+    p.until(lambda: p.tasks_open(n), f"the write tasks of batch {n} holding open transactions", run)
+    old = {}
+    for txn_id in sorted(set().union(*p.open_tasks().values())):
+        state = p.describe(txn_id)
+        old[txn_id] = (int(state.producer_id), int(state.producer_epoch))
+    p.kill(run)
+    assert p.sink_log(n) is None and p.spark_log_has("offsets", n)
+    assert not p.spark_log_has("commits", n)
+    evidence.append(f"killed with batch {n} planned, open transactions {old}, no {n}.json")
+    return old
+
+
+def _kill_driver_during_the_commit(p: Pipeline, n: int, evidence: list[str]) -> dict[str, Any]:
+    """Kill the driver with batch ``n`` prepared and its first transaction committed; returns
+    the sink log's record of the batch."""
+    run = p.submit(pause=f"ended={PAUSE_S}")
+
+    def at_ended() -> bool:
+        record = p.sink_log(n)
+        if record is None or record["state"] != "prepared":
+            return False
+        first = record["tasks"][0]["txn"][0]
+        return str(p.describe(first).state) == "CompleteCommit"
+
+    p.until(at_ended, f"the committer of batch {n} pausing at 'ended'", run)
+    p.kill(run)
+    logged = p.sink_log(n)
+    assert logged is not None and logged["state"] == "prepared"
+    # the group's offsets are still the batch before's, though part of the batch may be
+    # visible (below the open last transaction's first offset in each partition)
+    before = p.sink_log(n - 1)
+    assert before is not None
+    committed = group_offsets(p.bootstrap, p.group, p.input, INPUT_PARTITIONS)
+    ends_before = {int(q): o for q, o in before["offsets"][p.input].items()}
+    ends_now = {int(q): o for q, o in logged["offsets"][p.input].items()}
+    visible = read_topic(p.bootstrap, p.output, OUTPUT_PARTITIONS, committed=True)
+    assert committed == ends_before, (committed, ends_before)
+    assert visible is not None
+    assert sum(ends_before.values()) <= len(visible) < sum(ends_now.values()), (
+        f"{len(visible)} records visible with batch {n} half committed: expected at least "
+        f"batch {n - 1}'s end {ends_before} and less than batch {n}'s {ends_now}"
+    )
+    evidence.append(
+        f"killed with {n}.json prepared, its first transaction committed: {len(visible)} "
+        f"records visible, group offsets {committed} (batch {n - 1}'s end)"
+    )
+    return logged
+
+
+def _kill_driver_after_the_commit(p: Pipeline, n: int, evidence: list[str]) -> dict[str, Any]:
+    """Kill the driver with batch ``n`` committed but no ``commits/n`` written by Spark;
+    returns the sink log's record of the batch."""
+    run = p.submit(pause=f"committed={PAUSE_S}")
+    p.until(
+        lambda: (p.sink_log(n) or {}).get("state") == "committed",
+        f"the committer of batch {n} pausing at 'committed'",
+        run,
+    )
+    p.kill(run)
+    logged = p.sink_log(n)
+    assert logged is not None and logged["state"] == "committed"
+    assert not p.spark_log_has("commits", n), "Spark wrote commits/N before the kill"
+    evidence.append(f"killed with {n}.json committed and no commits/{n}")
+    return logged
+
+
+def _check_the_killed_runs_transactions_fenced(
+    p: Pipeline,
+    n: int,
+    record: dict[str, Any],
+    old: dict[str, tuple[int, int]],
+    evidence: list[str],
+) -> None:
+    """Batch ``n`` was rewritten by new producers and the killed run's are fenced."""
+    newer = {t["txn"][0]: (t["txn"][1], t["txn"][2]) for t in record["tasks"] if t["txn"]}
+    assert not any(old.get(i) == pair for i, pair in newer.items()), (
+        f"batch {n} was committed with a transaction of the killed run: {newer} vs {old}"
+    )
+    for txn_id, (pid, epoch) in old.items():
+        state = p.describe(txn_id)
+        assert not (
+            state.state == "Ongoing" and (state.producer_id, state.producer_epoch) == (pid, epoch)
+        ), f"the killed run's transaction {txn_id} is still open: {state}"
+    evidence.append(f"rewritten by other producers {newer}; the killed run's fenced")
 
 
 @pytest.mark.long
