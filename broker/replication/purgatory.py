@@ -97,30 +97,10 @@ class Purgatory:
         watches changed): False is returned at once. A long-poll fetch uses this to skip
         re-reading every partition of an idle request at its deadline."""
         keys = list(keys)
-        loop = asyncio.get_running_loop()
-        clock = self._clock
-        deadline = clock.monotonic() + max(timeout_s, 0.0)
+        deadline = self._clock.monotonic() + max(timeout_s, 0.0)
         while not condition():
-            remaining = deadline - clock.monotonic()
-            if remaining <= 0:
-                return False
-            fut: asyncio.Future[bool] = loop.create_future()
-            for key in keys:
-                self._watchers.setdefault(key, set()).add(fut)
-            self._deadlines[fut] = deadline
-            timer = loop.call_later(remaining, _wake, fut)
-            try:
-                notified = await fut
-            finally:
-                timer.cancel()
-                del self._deadlines[fut]
-                for key in keys:
-                    waiters = self._watchers.get(key)
-                    if waiters is not None:
-                        waiters.discard(fut)
-                        if not waiters:
-                            del self._watchers[key]
-            if not notified and not recheck_at_deadline:
+            notified = await self._wait_once(keys, deadline, None)
+            if notified is None or (not notified and not recheck_at_deadline):
                 return False
         return True
 
@@ -140,36 +120,42 @@ class Purgatory:
         re-reading all of them on every notification made an idle follower fetch cost
         quadratic in its partitions while ISRs changed)."""
         keys = list(keys)
-        loop = asyncio.get_running_loop()
-        clock = self._clock
-        deadline = clock.monotonic() + max(timeout_s, 0.0)
+        deadline = self._clock.monotonic() + max(timeout_s, 0.0)
         while True:
-            remaining = deadline - clock.monotonic()
-            if remaining <= 0:
-                return False
-            fut: asyncio.Future[bool] = loop.create_future()
-            for key in keys:
-                self._watchers.setdefault(key, set()).add(fut)
-            self._deadlines[fut] = deadline
             notified: set[Hashable] = set()
-            self._fired[fut] = notified
-            timer = loop.call_later(remaining, _wake, fut)
-            try:
-                woken = await fut
-            finally:
-                timer.cancel()
-                del self._deadlines[fut]
-                del self._fired[fut]
-                for key in keys:
-                    waiters = self._watchers.get(key)
-                    if waiters is not None:
-                        waiters.discard(fut)
-                        if not waiters:
-                            del self._watchers[key]
+            woken = await self._wait_once(keys, deadline, notified)
             if not woken or not notified:
                 return False
             if changed(notified):
                 return True
+
+    async def _wait_once(
+        self, keys: list[Hashable], deadline: float, notified: set[Hashable] | None
+    ) -> bool | None:
+        """Watch ``keys`` until a notification (True) or ``deadline`` (False); None if the
+        deadline has already passed. ``notified``, if given, collects the keys notified."""
+        remaining = deadline - self._clock.monotonic()
+        if remaining <= 0:
+            return None
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self._watchers.setdefault(key, set()).add(fut)
+        self._deadlines[fut] = deadline
+        if notified is not None:
+            self._fired[fut] = notified
+        timer = asyncio.get_running_loop().call_later(remaining, _wake, fut)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            del self._deadlines[fut]
+            self._fired.pop(fut, None)
+            for key in keys:
+                waiters = self._watchers.get(key)
+                if waiters is not None:
+                    waiters.discard(fut)
+                    if not waiters:
+                        del self._watchers[key]
 
 
 def _wake(fut: asyncio.Future[bool]) -> None:

@@ -326,15 +326,7 @@ class ZkTopicOps(ZkSession):
         data = state.encode()
 
         def already_written() -> int | None:
-            try:
-                current, stat = self._kz.get(path)
-            except NoNodeError:
-                return None
-            try:
-                same = PartitionState.decode(current, name, partition) == state
-            except ZNodeDecodeError:
-                same = False
-            return int(stat.version) if same and stat.version == expected_version + 1 else None
+            return self._written_version(TopicPartition(name, partition), state, expected_version)
 
         def work() -> int | None:
             if controller_epoch_zk_version is None:
@@ -383,16 +375,7 @@ class ZkTopicOps(ZkSession):
         datas = [state.encode() for _, state, _ in updates]
 
         def already_written(i: int) -> int | None:
-            tp, state, expected = updates[i]
-            try:
-                current, stat = self._kz.get(paths[i])
-            except NoNodeError:
-                return None
-            try:
-                same = PartitionState.decode(current, tp.topic, tp.partition) == state
-            except ZNodeDecodeError:
-                same = False
-            return int(stat.version) if same and stat.version == expected + 1 else None
+            return self._written_version(*updates[i])
 
         def send(i: int) -> Any:
             expected = updates[i][2]
@@ -432,6 +415,22 @@ class ZkTopicOps(ZkSession):
         if not updates:
             return []
         return await self._run(work)
+
+    def _written_version(
+        self, tp: TopicPartition, state: PartitionState, expected_version: int
+    ) -> int | None:
+        """ZooKeeper thread, after a write at ``expected_version`` was refused: the znode's
+        version if it holds exactly ``state`` one version later (a retried write whose first
+        attempt succeeded, as Kafka's ReplicationUtils recognises), else None."""
+        try:
+            current, stat = self._kz.get(PartitionState.path(tp.topic, tp.partition))
+        except NoNodeError:
+            return None
+        try:
+            same = PartitionState.decode(current, tp.topic, tp.partition) == state
+        except ZNodeDecodeError:
+            same = False
+        return int(stat.version) if same and stat.version == expected_version + 1 else None
 
     # ------------------------------------------------------------------ topic configs
 

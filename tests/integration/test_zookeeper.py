@@ -516,6 +516,50 @@ def test_partition_state_updates_are_conditional(zk_connect: str) -> None:
     run(body())
 
 
+def test_partition_states_are_written_and_read_in_pipelined_batches(zk_connect: str) -> None:
+    """The batch write of leaders' ISR changes and of the controller's elections: each write
+    succeeds or fails on its own version, a retried write that landed is recognised, a
+    missing znode answers None, and the controller-epoch fence refuses the whole batch."""
+
+    async def body() -> None:
+        async with ZkClient(zk_connect) as a, ZkClient(zk_connect) as b:
+            await a.create_topic("t", {p: [1, 2] for p in range(300)})
+            first = {p: znodes.PartitionState(1, 0, [1, 2], 1) for p in range(300)}
+            await a.create_partition_states("t", first)
+            await b.update_partition_state("t", 7, znodes.PartitionState(1, 0, [1], 1), 0)
+            shrunk = znodes.PartitionState(1, 0, [1], 1)
+            updates = [(TopicPartition("t", p), shrunk, 0) for p in range(300)]
+            updates.append((TopicPartition("t", 999), shrunk, 0))  # no such znode
+            versions = await a.update_partition_states(updates)
+            # partition 7 already holds exactly this state at version 1: recognised as written
+            assert versions == [1] * 300 + [None]
+            grown = znodes.PartitionState(1, 0, [1, 2], 1)
+            versions = await a.update_partition_states(
+                [(TopicPartition("t", 0), grown, 0), (TopicPartition("t", 1), grown, 1)]
+            )
+            assert versions == [None, 2]  # partition 0 is at version 1, not 0
+            read = await b.get_partition_states_of(
+                [TopicPartition("t", p) for p in (0, 1, 299)] + [TopicPartition("t", 999)]
+            )
+            assert {tp.partition: (v.value, v.zk_version) for tp, v in read.items()} == {
+                0: (shrunk, 1),
+                1: (grown, 2),
+                299: (shrunk, 1),
+            }
+            assert await a.try_elect_controller(1) == 1
+            fence = a.controller_epoch_zk_version
+            assert fence is not None
+            assert await a.update_partition_states(
+                [(TopicPartition("t", 2), grown, 1)], controller_epoch_zk_version=fence
+            ) == [2]
+            with pytest.raises(ControllerMovedError):
+                await a.update_partition_states(
+                    [(TopicPartition("t", 3), grown, 1)], controller_epoch_zk_version=fence + 1
+                )
+
+    run(body())
+
+
 def test_producer_id_blocks_never_overlap(zk_connect: str) -> None:
     async def body() -> None:
         async with ZkClient(zk_connect) as a, ZkClient(zk_connect) as b:
