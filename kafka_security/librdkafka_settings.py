@@ -157,22 +157,7 @@ def librdkafka_settings(props: Mapping[str, str], source: str) -> dict[str, str]
                 raise _invalid(name, props[name], source, ", ".join(MECHANISMS))
             out[name] = mechanism
     if props.get("sasl.jaas.config"):
-        try:
-            jaas = parse_jaas(str(props["sasl.jaas.config"]), f"sasl.jaas.config in {source}")
-        except JaasConfigError as exc:
-            raise SettingsError(str(exc)) from None
-        if jaas.module not in (PLAIN_MODULE, SCRAM_MODULE):
-            raise SettingsError(
-                f"sasl.jaas.config in {source}: login module {jaas.module} is not supported "
-                f"(use {PLAIN_MODULE} or {SCRAM_MODULE})"
-            )
-        if jaas.username is None or jaas.password is None:
-            raise SettingsError(
-                f'sasl.jaas.config in {source}: the login module needs username="..." and '
-                'password="..."'
-            )
-        out["sasl.username"] = jaas.username
-        out["sasl.password"] = jaas.password
+        out.update(_jaas_credentials(str(props["sasl.jaas.config"]), source))
     if "ssl.endpoint.identification.algorithm" in props:
         algorithm = str(props["ssl.endpoint.identification.algorithm"]).strip().lower()
         if algorithm not in ("", "https", "none"):
@@ -183,6 +168,26 @@ def librdkafka_settings(props: Mapping[str, str], source: str) -> dict[str, str]
     _truststore(props, source, out)
     _keystore(props, source, out)
     return out
+
+
+def _jaas_credentials(jaas_config: str, source: str) -> dict[str, str]:
+    """librdkafka's ``sasl.username`` and ``sasl.password`` from a ``sasl.jaas.config``
+    line of the PLAIN or SCRAM login module."""
+    try:
+        jaas = parse_jaas(jaas_config, f"sasl.jaas.config in {source}")
+    except JaasConfigError as exc:
+        raise SettingsError(str(exc)) from None
+    if jaas.module not in (PLAIN_MODULE, SCRAM_MODULE):
+        raise SettingsError(
+            f"sasl.jaas.config in {source}: login module {jaas.module} is not supported "
+            f"(use {PLAIN_MODULE} or {SCRAM_MODULE})"
+        )
+    if jaas.username is None or jaas.password is None:
+        raise SettingsError(
+            f'sasl.jaas.config in {source}: the login module needs username="..." and '
+            'password="..."'
+        )
+    return {"sasl.username": jaas.username, "sasl.password": jaas.password}
 
 
 def _trusted(pem: str) -> dict[str, str]:

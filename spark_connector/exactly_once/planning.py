@@ -124,11 +124,8 @@ def entry_outcome(client: TxnClient, task: TaskEntry, state: TransactionState | 
     output partitions do (:func:`~spark_connector.kafka.markers.marker_outcome`)."""
     assert task.txn is not None
     if state is not None and state.holds(task.txn):
-        if state.state in ("CompleteCommit", "PrepareCommit"):
-            return DONE
-        if state.state == "Ongoing":
-            return OPEN
-        return LOST  # PrepareAbort, CompleteAbort, Empty: aborted
+        # PrepareAbort, CompleteAbort, Empty: aborted
+        return _COORDINATOR_OUTCOMES.get(state.state, LOST)
     if state is None or not state.state or not task.outputs:
         return LOST
     moved_on = state.producer_id != task.txn.producer_id or (
@@ -136,6 +133,18 @@ def entry_outcome(client: TxnClient, task: TaskEntry, state: TransactionState | 
     )
     if not moved_on:
         return LOST
+    return _markers_outcome(client, task)
+
+
+_COORDINATOR_OUTCOMES = {"CompleteCommit": DONE, "PrepareCommit": DONE, "Ongoing": OPEN}
+"""The outcome of a recorded transaction the coordinator still holds, by its state (any
+other state: aborted, ``LOST``)."""
+
+
+def _markers_outcome(client: TxnClient, task: TaskEntry) -> str:
+    """``DONE`` or ``LOST``, as the markers on the task's output partitions tell (``LOST``
+    when none of them can tell)."""
+    assert task.txn is not None
     for topic, partition, first, _end in task.outputs:
         try:
             outcome = marker_outcome(

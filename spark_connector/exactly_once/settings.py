@@ -189,6 +189,34 @@ def _int_option(name: str, raw: str) -> int:
         raise ExactlyOnceError(f"option '{name}' is {raw!r}: an integer is needed") from None
 
 
+def _transaction_timeout(text: str | None) -> int:
+    """``kafka.transaction.timeout.ms`` (positive), or the sink's default."""
+    timeout_ms = (
+        DEFAULT_TRANSACTION_TIMEOUT_MS
+        if text is None
+        else _int_option(f"kafka.{TIMEOUT_KAFKA_OPTION}", text)
+    )
+    if timeout_ms <= 0:
+        raise ExactlyOnceError(
+            f"option 'kafka.{TIMEOUT_KAFKA_OPTION}' is {timeout_ms}: it must be positive"
+        )
+    return timeout_ms
+
+
+def _log_dir(location: str, name: str | None, batch_id: int | None) -> str:
+    """The sink's commit log directory next to the checkpoint at ``location``: a
+    ``write_batch`` sink (``batch_id`` given) keeps its own, under its ``name``."""
+    base = checkpoint_dir(location) / SINK_LOG_DIR
+    if batch_id is not None:
+        if not name:
+            raise ExactlyOnceError(
+                "write_batch(...) of rows that name their topics in a 'topic' column needs "
+                "name=... (each sink of a foreachBatch function keeps its own log)"
+            )
+        base = base / SINKS_DIR / sink_dir_name(name)
+    return str(base)
+
+
 def parse_sink_options(
     options: Mapping[str, str],
     *,
@@ -222,15 +250,7 @@ def parse_sink_options(
             f"chooses one id per task (set '{PREFIX_OPTION}' to choose their prefix)"
         )
     timeout_text = producer_options.get(TIMEOUT_KAFKA_OPTION)
-    timeout_ms = (
-        DEFAULT_TRANSACTION_TIMEOUT_MS
-        if timeout_text is None
-        else _int_option(f"kafka.{TIMEOUT_KAFKA_OPTION}", timeout_text)
-    )
-    if timeout_ms <= 0:
-        raise ExactlyOnceError(
-            f"option 'kafka.{TIMEOUT_KAFKA_OPTION}' is {timeout_ms}: it must be positive"
-        )
+    timeout_ms = _transaction_timeout(timeout_text)
     batch_text = opts.get(BATCH_ID_OPTION.lower())
     batch_id = None if batch_text is None else _int_option(BATCH_ID_OPTION, batch_text)
     location = opts.get(CHECKPOINT_OPTION.lower())
@@ -253,16 +273,7 @@ def parse_sink_options(
     checkpoint: str | None = None
     if needs_log and location:
         checkpoint = str(checkpoint_dir(location))
-        base = checkpoint_dir(location) / SINK_LOG_DIR
-        if batch_id is not None:
-            name = opts.get(SINK_NAME_OPTION.lower()) or topic
-            if not name:
-                raise ExactlyOnceError(
-                    "write_batch(...) of rows that name their topics in a 'topic' column needs "
-                    "name=... (each sink of a foreachBatch function keeps its own log)"
-                )
-            base = base / SINKS_DIR / sink_dir_name(name)
-        log_dir = str(base)
+        log_dir = _log_dir(location, opts.get(SINK_NAME_OPTION.lower()) or topic, batch_id)
     accept = opts.get(ACCEPT_CHANGE_OPTION.lower(), "false").strip().lower()
     if accept not in ("true", "false"):
         raise ExactlyOnceError(f"option '{ACCEPT_CHANGE_OPTION}' is {accept!r}: true or false")

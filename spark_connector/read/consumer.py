@@ -204,87 +204,157 @@ def _read_direct(c: RangeConsumer, schema: pa.Schema) -> Iterator[pa.RecordBatch
     transactional batch of an active aborted producer is skipped, and that producer's ABORT
     marker deactivates it. Control batches are never returned. Offsets skipped (control
     batches, aborted or compacted records) still move the position to the batch's end."""
-    from spark_connector.kafka import fetcher as f
-    from spark_connector.records.decoder import (
-        AbortedFilter,
-        iter_batches,
-        new_columns,
-        records_section,
-        to_record_batch,
-    )
-
     options, r = c.options, c.range
     read_committed = str(options.client_config().get("isolation.level", "")).lower() == (
         "read_committed"
     )
     with _open_fetcher(options, r, read_committed, c.timeout_s) as fetcher:
         start, until = c.bounds(*_direct_watermarks(c, fetcher))
-        cols = new_columns("headers" in schema.names)
-        position = start
-        c.progressed()
-        backoff = 0.05
-        while position < until:
-            result = fetcher.fetch(position)
-            code = result.error_code
-            if code == f.OFFSET_OUT_OF_RANGE:
-                low, high = fetcher.watermarks(time.monotonic() + c.timeout_s)
-                if position < low:
-                    c.lost(f"offsets {position}..{min(low, until) - 1} are gone")
-                    position = low
-                    continue
-                if position >= high:
-                    c.log_ended(high, until)
-                    break
-            elif code != f.NONE and code not in f.RETRIABLE and code != f.CONNECTION_ERROR:
-                raise f.FetcherError(f"{c.where}: Fetch at offset {position}: {f.error_name(code)}")
-            records = result.records if code == f.NONE else None
-            batches = list(iter_batches(records)) if records is not None else []
-            if batches:
-                next_position = max(position, batches[-1].next_offset)
-                if next_position < until:
-                    fetcher.prefetch(next_position)
-            elif code == f.NONE:
-                log_end = result.last_stable_offset if read_committed else result.high_watermark
-                if records is not None and len(records) > 0:
-                    raise f.FetcherError(
-                        f"{c.where}: the record batch at offset {position} is larger than "
-                        "kafka.max.partition.fetch.bytes; raise that option"
-                    )
-                if 0 <= log_end <= position:
-                    c.log_ended(log_end, until)
-                    break
-            kept = AbortedFilter(result.aborted if read_committed else None)
-            blob = records if records is not None else b""
-            for b in batches:
-                if b.next_offset <= position:
-                    continue
-                if b.base_offset >= until:
-                    break
-                if kept.skip(blob, b):
-                    continue
-                cols.add(
-                    records_section(blob, b),
-                    b.record_count,
-                    b.base_offset,
-                    b.base_timestamp,
-                    b.max_timestamp,
-                    b.log_append_time,
-                    position,
-                    until,
-                )
-                if cols.rows >= ARROW_BATCH_ROWS or cols.data_bytes >= ARROW_BATCH_BYTES:
-                    yield to_record_batch(cols.take(), schema, r.topic, r.partition)
-            if batches and batches[-1].next_offset > position:
-                position = batches[-1].next_offset
-                c.progressed()
-                backoff = 0.05
-            else:
-                c.check_stalled(position, until, f.error_name(code) if code else "no records")
-                if code != f.NONE:
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, 1.0)
-        if cols.rows:
-            yield to_record_batch(cols.take(), schema, r.topic, r.partition)
+        read = _DirectRead(c, fetcher, schema, read_committed, start, until)
+        yield from read.batches()
+
+
+class _DirectRead:
+    """One range read with the direct fetcher, a Fetch at a time: the position, the Arrow
+    columns being filled and the backoff after a failed Fetch."""
+
+    def __init__(
+        self,
+        c: RangeConsumer,
+        fetcher: Any,
+        schema: pa.Schema,
+        read_committed: bool,
+        start: int,
+        until: int,
+    ) -> None:
+        from spark_connector.records.decoder import new_columns
+
+        self.c = c
+        self.fetcher = fetcher
+        self.schema = schema
+        self.read_committed = read_committed
+        self.position = start
+        self.until = until
+        self.cols = new_columns("headers" in schema.names)
+        self.backoff = 0.05
+        self.ended = False
+        """The log ended before ``until`` (reported as data loss)."""
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Fetch until the range's end (or the log's); yield the records as Arrow batches."""
+        self.c.progressed()
+        while not self.ended and self.position < self.until:
+            yield from self._fetch_once()
+        if self.cols.rows:
+            yield self._take()
+
+    def _take(self) -> pa.RecordBatch:
+        from spark_connector.records.decoder import to_record_batch
+
+        r = self.c.range
+        return to_record_batch(self.cols.take(), self.schema, r.topic, r.partition)
+
+    def _fetch_once(self) -> Iterator[pa.RecordBatch]:
+        """One Fetch at the position: its batches in the range decoded (full Arrow batches
+        yielded), the next Fetch sent ahead, the position moved past what it returned."""
+        from spark_connector.kafka import fetcher as f
+        from spark_connector.records.decoder import iter_batches
+
+        result = self.fetcher.fetch(self.position)
+        code = result.error_code
+        if code == f.OFFSET_OUT_OF_RANGE:
+            if self._out_of_range():
+                return
+        elif code != f.NONE and code not in f.RETRIABLE and code != f.CONNECTION_ERROR:
+            raise f.FetcherError(
+                f"{self.c.where}: Fetch at offset {self.position}: {f.error_name(code)}"
+            )
+        records = result.records if code == f.NONE else None
+        batches = list(iter_batches(records)) if records is not None else []
+        if batches:
+            next_position = max(self.position, batches[-1].next_offset)
+            if next_position < self.until:
+                self.fetcher.prefetch(next_position)
+        elif code == f.NONE and self._log_ends_here(result, records):
+            return
+        yield from self._decode(result, records if records is not None else b"", batches)
+        self._advance(batches, code)
+
+    def _out_of_range(self) -> bool:
+        """OFFSET_OUT_OF_RANGE: records gone below the log's start are data loss (the read
+        moves past them), a log ending at or below the position ends the read. True when
+        either happened (the Fetch has nothing more to give)."""
+        low, high = self.fetcher.watermarks(time.monotonic() + self.c.timeout_s)
+        if self.position < low:
+            self.c.lost(f"offsets {self.position}..{min(low, self.until) - 1} are gone")
+            self.position = low
+            return True
+        if self.position >= high:
+            self.c.log_ended(high, self.until)
+            self.ended = True
+            return True
+        return False
+
+    def _log_ends_here(self, result: Any, records: Any) -> bool:
+        """A Fetch without a whole batch: a batch too big to fetch fails the read; a log
+        (last stable offset under read_committed) ending at the position ends it."""
+        from spark_connector.kafka import fetcher as f
+
+        log_end = result.last_stable_offset if self.read_committed else result.high_watermark
+        if records is not None and len(records) > 0:
+            raise f.FetcherError(
+                f"{self.c.where}: the record batch at offset {self.position} is larger than "
+                "kafka.max.partition.fetch.bytes; raise that option"
+            )
+        if 0 <= log_end <= self.position:
+            self.c.log_ended(log_end, self.until)
+            self.ended = True
+            return True
+        return False
+
+    def _decode(self, result: Any, blob: Any, batches: list[Any]) -> Iterator[pa.RecordBatch]:
+        """Decode the batches' records in the range into the columns (aborted transactions
+        skipped under read_committed), yielding each full Arrow batch."""
+        from spark_connector.records.decoder import AbortedFilter, records_section
+
+        kept = AbortedFilter(result.aborted if self.read_committed else None)
+        cols = self.cols
+        for b in batches:
+            if b.next_offset <= self.position:
+                continue
+            if b.base_offset >= self.until:
+                break
+            if kept.skip(blob, b):
+                continue
+            cols.add(
+                records_section(blob, b),
+                b.record_count,
+                b.base_offset,
+                b.base_timestamp,
+                b.max_timestamp,
+                b.log_append_time,
+                self.position,
+                self.until,
+            )
+            if cols.rows >= ARROW_BATCH_ROWS or cols.data_bytes >= ARROW_BATCH_BYTES:
+                yield self._take()
+
+    def _advance(self, batches: list[Any], code: int) -> None:
+        """Move past the fetched batches; with none, check for a stall and back off after
+        an error."""
+        from spark_connector.kafka import fetcher as f
+
+        if batches and batches[-1].next_offset > self.position:
+            self.position = batches[-1].next_offset
+            self.c.progressed()
+            self.backoff = 0.05
+            return
+        self.c.check_stalled(
+            self.position, self.until, f.error_name(code) if code else "no records"
+        )
+        if code != f.NONE:
+            time.sleep(self.backoff)
+            self.backoff = min(self.backoff * 2, 1.0)
 
 
 def _open_fetcher(
@@ -394,12 +464,35 @@ class _Columns:
 def _read_with_consumer(c: RangeConsumer, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """:func:`read_range` through a confluent-kafka consumer (option ``fetcher=librdkafka``);
     the consumer lives only inside this generator."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException
+    from confluent_kafka import KafkaException
     from confluent_kafka import TopicPartition as CKTopicPartition
 
-    options, r = c.options, c.range
-    with_headers = "headers" in schema.names
-    consumer = Consumer(
+    r = c.range
+    consumer = _new_consumer(c.options, r)
+    try:
+        low, high = consumer.get_watermark_offsets(
+            CKTopicPartition(r.topic, r.partition), timeout=c.timeout_s, cached=False
+        )
+        start, until = c.bounds(low, high)
+        if start >= until:
+            return
+        consumer.assign([CKTopicPartition(r.topic, r.partition, start)])
+        yield from _ConsumerRead(c, consumer, schema, start, until).batches()
+    finally:
+        try:
+            consumer.close()
+        except KafkaException as exc:
+            # librdkafka looks up the coordinator of group.id (never joined): a user without
+            # the group's ACL gets GROUP_AUTHORIZATION_FAILED here, after a complete read
+            log.debug("millrace reader: closing the consumer of %s: %s", c.where, exc)
+
+
+def _new_consumer(options: ReadOptions, r: OffsetRange) -> Any:
+    """A reading task's confluent-kafka ``Consumer``: partition EOF events on, and a lost
+    start offset an error unless ``failOnDataLoss=false``."""
+    from confluent_kafka import Consumer
+
+    return Consumer(
         {
             **_prefetch_settings(r.size),
             **options.client_config(
@@ -411,74 +504,104 @@ def _read_with_consumer(c: RangeConsumer, schema: pa.Schema) -> Iterator[pa.Reco
             ),
         }
     )
-    try:
-        low, high = consumer.get_watermark_offsets(
-            CKTopicPartition(r.topic, r.partition), timeout=c.timeout_s, cached=False
-        )
-        start, until = c.bounds(low, high)
-        if start >= until:
-            return
-        consumer.assign([CKTopicPartition(r.topic, r.partition, start)])
-        cols = _Columns(with_headers)
-        position = start
+
+
+class _ConsumerRead:
+    """One range read with an assigned confluent-kafka consumer, a ``consume()`` chunk at a
+    time: the position and the Arrow columns being filled."""
+
+    def __init__(
+        self, c: RangeConsumer, consumer: Any, schema: pa.Schema, start: int, until: int
+    ) -> None:
+        self.c = c
+        self.consumer = consumer
+        self.schema = schema
+        self.with_headers = "headers" in schema.names
+        self.cols = _Columns(self.with_headers)
+        self.position = start
+        self.until = until
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Consume until the range's end (or the partition's); yield the records as Arrow
+        batches."""
+        c, until = self.c, self.until
         c.progressed()
-        while position < until:
+        while self.position < until:
             # consume() waits until it has ``num_messages`` or the timeout passed: never ask
             # for more than the range still holds, so the last call returns at once.
-            msgs = consumer.consume(min(CONSUME_CHUNK, until - position), timeout=0.5)
+            msgs = self.consumer.consume(min(CONSUME_CHUNK, until - self.position), timeout=0.5)
             # librdkafka looks up the coordinator of group.id, which is never joined: a user
             # without the group's ACL gets GROUP_AUTHORIZATION_FAILED events (not about the
             # partition; the direct fetcher and Spark's Java consumer never ask)
             msgs = [m for m in msgs if not _group_denied(m)]
-            progressed = False
             # the records of the chunk inside the range, up to an error (end of partition)
             error = next((i for i, m in enumerate(msgs) if m.error() is not None), None)
-            good = msgs if error is None else msgs[:error]
-            past_end = bool(good) and (good[-1].offset() or 0) >= until
-            if past_end:
-                good = [m for m in good if (m.offset() or 0) < until]
+            good, past_end = self._in_range(msgs if error is None else msgs[:error])
+            progressed = bool(good)
             if good:
-                last_offset = good[-1].offset() or 0
-                while good:
-                    room = ARROW_BATCH_ROWS - len(cols)
-                    cols.extend(good[:room])
-                    good = good[room:]
-                    if len(cols) >= ARROW_BATCH_ROWS:
-                        yield cols.to_batch(schema, r.topic, r.partition)
-                        cols = _Columns(with_headers)
-                position = last_offset + 1
-                progressed = True
+                yield from self._add(good)
             if error is not None:
-                err = msgs[error].error()
-                if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                    # The consumer reached the high watermark: nothing more to read.
-                    eof = msgs[error].offset() or 0
-                    if eof < until:
-                        c.log_ended(eof, until)
-                    position = until
-                else:
-                    raise KafkaException(err)
+                self._stop_at(msgs[error])
             elif past_end:
-                position = until
-            if position < until:
-                # Skipped offsets (control records, compaction) still move the position.
-                pos = consumer.position([CKTopicPartition(r.topic, r.partition)])[0].offset
-                if pos > position:
-                    position = pos
-                    progressed = True
+                self.position = until
+            if self.position < until and self._skipped_ahead():
+                progressed = True
             if progressed:
                 c.progressed()
             else:
-                c.check_stalled(position, until)
-        if len(cols):
-            yield cols.to_batch(schema, r.topic, r.partition)
-    finally:
-        try:
-            consumer.close()
-        except KafkaException as exc:
-            # librdkafka looks up the coordinator of group.id (never joined): a user without
-            # the group's ACL gets GROUP_AUTHORIZATION_FAILED here, after a complete read
-            log.debug("millrace reader: closing the consumer of %s: %s", c.where, exc)
+                c.check_stalled(self.position, until)
+        if len(self.cols):
+            yield self._to_batch()
+
+    def _to_batch(self) -> pa.RecordBatch:
+        r = self.c.range
+        return self.cols.to_batch(self.schema, r.topic, r.partition)
+
+    def _in_range(self, good: list[Any]) -> tuple[list[Any], bool]:
+        """``good`` without the records at or past ``until``, and whether it had any."""
+        past_end = bool(good) and (good[-1].offset() or 0) >= self.until
+        if past_end:
+            good = [m for m in good if (m.offset() or 0) < self.until]
+        return good, past_end
+
+    def _add(self, good: list[Any]) -> Iterator[pa.RecordBatch]:
+        """Add the records to the columns, yielding each full Arrow batch; the position
+        moves past the last."""
+        last_offset = good[-1].offset() or 0
+        while good:
+            room = ARROW_BATCH_ROWS - len(self.cols)
+            self.cols.extend(good[:room])
+            good = good[room:]
+            if len(self.cols) >= ARROW_BATCH_ROWS:
+                yield self._to_batch()
+                self.cols = _Columns(self.with_headers)
+        self.position = last_offset + 1
+
+    def _stop_at(self, msg: Any) -> None:
+        """An error event: the end of the partition ends the read (data loss if before
+        ``until``); any other error fails it."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        err = msg.error()
+        if err is None or err.code() != KafkaError._PARTITION_EOF:
+            raise KafkaException(err)
+        # The consumer reached the high watermark: nothing more to read.
+        eof = msg.offset() or 0
+        if eof < self.until:
+            self.c.log_ended(eof, self.until)
+        self.position = self.until
+
+    def _skipped_ahead(self) -> bool:
+        """Skipped offsets (control records, compaction) still move the position: whether
+        the consumer's position is past it."""
+        from confluent_kafka import TopicPartition as CKTopicPartition
+
+        r = self.c.range
+        pos = self.consumer.position([CKTopicPartition(r.topic, r.partition)])[0].offset
+        if pos > self.position:
+            self.position = pos
+            return True
+        return False
 
 
 def _group_denied(msg: Any) -> bool:

@@ -271,44 +271,57 @@ def _offset_spec(
             OffsetKind.TIMESTAMP, ts_name, timestamp=_timestamp(opts[ts_name.lower()], ts_name)
         )
     if by_ts_name.lower() in opts:
-        stamps = parse_partition_json(opts[by_ts_name.lower()], by_ts_name)
-        if not stamps:
-            raise ValueError(f"option '{by_ts_name}' must name at least one partition")
-        for tp, ts in stamps.items():
-            if ts < 0:
-                raise ValueError(
-                    f"option '{by_ts_name}': timestamp for {tp.topic}[{tp.partition}] must not "
-                    f"be negative, got {ts}"
-                )
-        return OffsetSpec(OffsetKind.TIMESTAMPS, by_ts_name, offsets=stamps)
+        return _timestamps_spec(opts[by_ts_name.lower()], by_ts_name)
     raw = opts.get(off_name.lower())
     if raw is None:
         return None if default is None else OffsetSpec(default, off_name)
+    return _offsets_spec(raw, off_name, starting=prefix == "starting")
+
+
+def _timestamps_spec(raw: str, option: str) -> OffsetSpec:
+    """``*OffsetsByTimestamp``: JSON of per-partition epoch-ms timestamps."""
+    stamps = parse_partition_json(raw, option)
+    if not stamps:
+        raise ValueError(f"option '{option}' must name at least one partition")
+    for tp, ts in stamps.items():
+        if ts < 0:
+            raise ValueError(
+                f"option '{option}': timestamp for {tp.topic}[{tp.partition}] must not "
+                f"be negative, got {ts}"
+            )
+    return OffsetSpec(OffsetKind.TIMESTAMPS, option, offsets=stamps)
+
+
+_OFFSET_KEYWORDS = {
+    "earliest": OffsetKind.EARLIEST,
+    "latest": OffsetKind.LATEST,
+    "group": OffsetKind.GROUP,  # starting positions only
+}
+
+
+def _offsets_spec(raw: str, option: str, *, starting: bool) -> OffsetSpec:
+    """``*Offsets``: a keyword (``group`` only for a starting position) or per-partition
+    JSON offsets (-2 = earliest, -1 = latest)."""
     text = raw.strip()
-    if text.lower() == "earliest":
-        return OffsetSpec(OffsetKind.EARLIEST, off_name)
-    if text.lower() == "latest":
-        return OffsetSpec(OffsetKind.LATEST, off_name)
-    if text.lower() == "group" and prefix == "starting":
-        return OffsetSpec(OffsetKind.GROUP, off_name)
+    kind = _OFFSET_KEYWORDS.get(text.lower())
+    if kind is not None and (starting or kind is not OffsetKind.GROUP):
+        return OffsetSpec(kind, option)
     if not text.startswith("{"):
-        choices = (
-            "'earliest', 'latest', 'group'" if prefix == "starting" else "'earliest', 'latest'"
-        )
+        choices = "'earliest', 'latest', 'group'" if starting else "'earliest', 'latest'"
         raise ValueError(
-            f"option '{off_name}' must be {choices} or JSON like "
+            f"option '{option}' must be {choices} or JSON like "
             f'{{"topicA":{{"0":23,"1":-1}}}}, got {raw!r}'
         )
-    offsets = parse_partition_json(text, off_name)
+    offsets = parse_partition_json(text, option)
     if not offsets:
-        raise ValueError(f"option '{off_name}' must name at least one partition")
+        raise ValueError(f"option '{option}' must name at least one partition")
     for tp, off in offsets.items():
         if off < EARLIEST:
             raise ValueError(
-                f"option '{off_name}': offset for {tp.topic}[{tp.partition}] must be >= 0, "
+                f"option '{option}': offset for {tp.topic}[{tp.partition}] must be >= 0, "
                 f"-1 (latest) or -2 (earliest), got {off}"
             )
-    return OffsetSpec(OffsetKind.OFFSETS, off_name, offsets=offsets)
+    return OffsetSpec(OffsetKind.OFFSETS, option, offsets=offsets)
 
 
 def _subscription(
@@ -366,149 +379,23 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     opts = lower_keys(options)
     bootstrap, params = _kafka_params(opts)
     subscribe, pattern, assign = _subscription(opts)
-
-    if streaming:
-        for name in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"):
-            if name.lower() in opts:
-                raise ValueError(f"option '{name}' is not valid in streaming queries")
-        if "endingbatch" in opts:
-            raise ValueError(
-                "option 'endingBatch' is not valid in streaming queries (option "
-                "'wholeBatches=true' makes a stream advance one whole upstream batch at a time)"
-            )
-        starting = _offset_spec(opts, "starting", OffsetKind.LATEST)
-        ending = None
-    else:
-        starting = _offset_spec(opts, "starting", OffsetKind.EARLIEST)
-        ending = _offset_spec(opts, "ending", OffsetKind.LATEST)
-    assert starting is not None
-
-    if not streaming:
-        assert ending is not None
-        if starting.kind is OffsetKind.LATEST:
-            raise ValueError("option 'startingOffsets': 'latest' is not allowed for batch queries")
-        if starting.kind is OffsetKind.OFFSETS:
-            for tp, off in starting.offsets.items():
-                if off == LATEST:
-                    raise ValueError(
-                        f"option 'startingOffsets': {tp.topic}[{tp.partition}] can't be latest "
-                        "(-1) for batch queries"
-                    )
-        if ending.kind is OffsetKind.EARLIEST:
-            raise ValueError("option 'endingOffsets': 'earliest' is not allowed for batch queries")
-        if ending.kind is OffsetKind.OFFSETS:
-            for tp, off in ending.offsets.items():
-                if off == EARLIEST:
-                    raise ValueError(
-                        f"option 'endingOffsets': {tp.topic}[{tp.partition}] can't be earliest "
-                        "(-2) for batch queries"
-                    )
-
+    starting, ending = _positions(opts, streaming=streaming)
     if assign is not None:
-        assigned = set(assign)
-        for spec in (starting, ending):
-            if spec is not None and spec.kind in (OffsetKind.OFFSETS, OffsetKind.TIMESTAMPS):
-                extra = sorted(set(spec.offsets) - assigned)
-                if extra:
-                    raise ValueError(
-                        f"option '{spec.option}' names partitions that are not assigned: "
-                        f"{[f'{tp.topic}[{tp.partition}]' for tp in extra]}"
-                    )
-
-    fallback_raw = opts.get("startingoffsetsgroupfallback")
-    fallback = OffsetKind.EARLIEST
-    if fallback_raw is not None:
-        if starting.kind is not OffsetKind.GROUP:
-            raise ValueError("option 'startingOffsetsGroupFallback' needs startingOffsets=group")
-        value = fallback_raw.strip().lower()
-        if value not in ("earliest", "latest"):
-            raise ValueError(
-                "option 'startingOffsetsGroupFallback' must be 'earliest' (the default) or "
-                f"'latest', got {fallback_raw!r}"
-            )
-        fallback = OffsetKind(value)
-    if starting.kind is OffsetKind.GROUP and not (params.get("group.id") or "").strip():
-        raise ValueError(
-            "option 'startingOffsets': 'group' starts from the committed offsets of the "
-            "consumer group named by option 'kafka.group.id', which is not set"
-        )
-    metadata_raw = opts.get(METADATA_TIMEOUT_OPTION)
-    metadata_timeout = (
-        DEFAULT_METADATA_TIMEOUT_MS
-        if metadata_raw is None
-        else _positive_int(opts, METADATA_TIMEOUT_OPTION) or DEFAULT_METADATA_TIMEOUT_MS
-    )
-
-    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
-    if strategy not in ("error", "latest"):
-        raise ValueError(
-            "option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
-            f"got {opts['startingoffsetsbytimestampstrategy']!r}"
-        )
-
-    max_per_trigger = _positive_int(opts, "maxOffsetsPerTrigger")
-    min_per_trigger = _positive_int(opts, "minOffsetsPerTrigger")
-    if (
-        max_per_trigger is not None
-        and min_per_trigger is not None
-        and min_per_trigger > max_per_trigger
-    ):
-        raise ValueError(
-            f"option 'minOffsetsPerTrigger' ({min_per_trigger}) must not exceed "
-            f"'maxOffsetsPerTrigger' ({max_per_trigger})"
-        )
-    delay_raw = opts.get("maxtriggerdelay")
-    max_delay = (
-        DEFAULT_MAX_TRIGGER_DELAY_MS
-        if delay_raw is None
-        else parse_duration_ms(delay_raw, "maxTriggerDelay")
-    )
+        _check_assigned(assign, (starting, ending))
+    fallback = _group_fallback(opts, params, starting)
+    metadata_timeout = _metadata_timeout(opts)
+    strategy = _timestamp_strategy(opts)
+    max_per_trigger, min_per_trigger = _trigger_limits(opts)
+    max_delay = _max_trigger_delay(opts)
     poll_timeout = _positive_int(opts, "kafkaConsumer.pollTimeoutMs") or DEFAULT_POLL_TIMEOUT_MS
     prefix = opts.get("groupidprefix", "spark-millrace-source").strip()
     if not prefix:
         raise ValueError("option 'groupIdPrefix' must not be empty")
-
-    read_as = opts.get("readas", "records").strip().lower()
-    if read_as not in ("records", "table"):
-        raise ValueError(
-            f"option 'readAs' must be 'records' (every record, the default) or 'table' (the "
-            f"latest record of every live key of a compacted topic), got {opts['readas']!r}"
-        )
-    if read_as == "table":
-        if streaming:
-            raise ValueError(
-                "option 'readAs': 'table' is a batch read (spark.read); in a stream-static join "
-                "Spark reads it again for every micro-batch"
-            )
-        for name in ("minPartitions", "maxRecordsPerPartition"):
-            if name.lower() in opts:
-                raise ValueError(
-                    f"option '{name}' cannot be used with readAs=table: a key's records must "
-                    "be read by one task, so each partition is one task"
-                )
-
-    fetcher = opts.get("fetcher", "auto").strip().lower()
-    if fetcher not in ("auto", "direct", "librdkafka"):
-        raise ValueError(
-            "option 'fetcher' must be 'auto' (the default), 'direct' (tasks fetch record "
-            "batches and decode them into Arrow) or 'librdkafka' (a consumer per task), got "
-            f"{opts['fetcher']!r}"
-        )
-    validate_security(params)
-    unsupported = wire_unsupported(params)
-    if fetcher == "direct" and unsupported is not None:
-        raise ValueError(
-            f"option 'fetcher': 'direct' cannot connect: {unsupported}; use 'auto' or 'librdkafka'"
-        )
-
+    read_as_table = _read_as_table(opts, streaming=streaming)
+    fetcher = _fetcher(opts, params)
     ending_batch, whole_batches = _batch_boundaries(opts, params, streaming=streaming)
     if whole_batches:
-        for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger"):
-            if name.lower() in opts:
-                raise ValueError(
-                    f"option '{name}' cannot be used with wholeBatches=true: each micro-batch "
-                    "is one whole upstream batch"
-                )
+        _check_whole_batches(opts)
 
     return ReadOptions(
         bootstrap_servers=bootstrap,
@@ -529,13 +416,194 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         include_headers=bool_option(opts, "includeHeaders", False),
         poll_timeout_ms=poll_timeout,
         group_id_prefix=prefix,
-        read_as_table=read_as == "table",
+        read_as_table=read_as_table,
         fetcher=fetcher,
         group_fallback=fallback,
         metadata_timeout_ms=metadata_timeout,
         ending_batch=ending_batch,
         whole_batches=whole_batches,
     )
+
+
+def _positions(opts: dict[str, str], *, streaming: bool) -> tuple[OffsetSpec, OffsetSpec | None]:
+    """The starting and (batch reads only) ending positions, with their defaults; a
+    streaming query rejects every ending option."""
+    if streaming:
+        for name in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"):
+            if name.lower() in opts:
+                raise ValueError(f"option '{name}' is not valid in streaming queries")
+        if "endingbatch" in opts:
+            raise ValueError(
+                "option 'endingBatch' is not valid in streaming queries (option "
+                "'wholeBatches=true' makes a stream advance one whole upstream batch at a time)"
+            )
+        starting = _offset_spec(opts, "starting", OffsetKind.LATEST)
+        assert starting is not None
+        return starting, None
+    starting = _offset_spec(opts, "starting", OffsetKind.EARLIEST)
+    ending = _offset_spec(opts, "ending", OffsetKind.LATEST)
+    assert starting is not None
+    assert ending is not None
+    _check_batch_positions(starting, ending)
+    return starting, ending
+
+
+def _check_batch_positions(starting: OffsetSpec, ending: OffsetSpec) -> None:
+    """A batch may not start at latest nor end at earliest (nor use -1 / -2 that way)."""
+    if starting.kind is OffsetKind.LATEST:
+        raise ValueError("option 'startingOffsets': 'latest' is not allowed for batch queries")
+    if starting.kind is OffsetKind.OFFSETS:
+        for tp, off in starting.offsets.items():
+            if off == LATEST:
+                raise ValueError(
+                    f"option 'startingOffsets': {tp.topic}[{tp.partition}] can't be latest "
+                    "(-1) for batch queries"
+                )
+    if ending.kind is OffsetKind.EARLIEST:
+        raise ValueError("option 'endingOffsets': 'earliest' is not allowed for batch queries")
+    if ending.kind is OffsetKind.OFFSETS:
+        for tp, off in ending.offsets.items():
+            if off == EARLIEST:
+                raise ValueError(
+                    f"option 'endingOffsets': {tp.topic}[{tp.partition}] can't be earliest "
+                    "(-2) for batch queries"
+                )
+
+
+def _check_assigned(
+    assign: tuple[TopicPartition, ...], specs: tuple[OffsetSpec | None, ...]
+) -> None:
+    """Per-partition positions of an ``assign`` read name only assigned partitions."""
+    assigned = set(assign)
+    for spec in specs:
+        if spec is not None and spec.kind in (OffsetKind.OFFSETS, OffsetKind.TIMESTAMPS):
+            extra = sorted(set(spec.offsets) - assigned)
+            if extra:
+                raise ValueError(
+                    f"option '{spec.option}' names partitions that are not assigned: "
+                    f"{[f'{tp.topic}[{tp.partition}]' for tp in extra]}"
+                )
+
+
+def _group_fallback(
+    opts: dict[str, str], params: Mapping[str, str], starting: OffsetSpec
+) -> OffsetKind:
+    """``startingOffsetsGroupFallback`` (only with ``startingOffsets=group``, which needs
+    ``kafka.group.id``)."""
+    fallback_raw = opts.get("startingoffsetsgroupfallback")
+    fallback = OffsetKind.EARLIEST
+    if fallback_raw is not None:
+        if starting.kind is not OffsetKind.GROUP:
+            raise ValueError("option 'startingOffsetsGroupFallback' needs startingOffsets=group")
+        value = fallback_raw.strip().lower()
+        if value not in ("earliest", "latest"):
+            raise ValueError(
+                "option 'startingOffsetsGroupFallback' must be 'earliest' (the default) or "
+                f"'latest', got {fallback_raw!r}"
+            )
+        fallback = OffsetKind(value)
+    if starting.kind is OffsetKind.GROUP and not (params.get("group.id") or "").strip():
+        raise ValueError(
+            "option 'startingOffsets': 'group' starts from the committed offsets of the "
+            "consumer group named by option 'kafka.group.id', which is not set"
+        )
+    return fallback
+
+
+def _metadata_timeout(opts: dict[str, str]) -> int:
+    """``kafka.default.api.timeout.ms``: the driver's wait for metadata and offsets."""
+    if opts.get(METADATA_TIMEOUT_OPTION) is None:
+        return DEFAULT_METADATA_TIMEOUT_MS
+    return _positive_int(opts, METADATA_TIMEOUT_OPTION) or DEFAULT_METADATA_TIMEOUT_MS
+
+
+def _timestamp_strategy(opts: dict[str, str]) -> str:
+    """``startingOffsetsByTimestampStrategy``: ``error`` (the default) or ``latest``."""
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise ValueError(
+            "option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
+            f"got {opts['startingoffsetsbytimestampstrategy']!r}"
+        )
+    return strategy
+
+
+def _trigger_limits(opts: dict[str, str]) -> tuple[int | None, int | None]:
+    """``maxOffsetsPerTrigger`` and ``minOffsetsPerTrigger`` (min not above max)."""
+    max_per_trigger = _positive_int(opts, "maxOffsetsPerTrigger")
+    min_per_trigger = _positive_int(opts, "minOffsetsPerTrigger")
+    if (
+        max_per_trigger is not None
+        and min_per_trigger is not None
+        and min_per_trigger > max_per_trigger
+    ):
+        raise ValueError(
+            f"option 'minOffsetsPerTrigger' ({min_per_trigger}) must not exceed "
+            f"'maxOffsetsPerTrigger' ({max_per_trigger})"
+        )
+    return max_per_trigger, min_per_trigger
+
+
+def _max_trigger_delay(opts: dict[str, str]) -> int:
+    """``maxTriggerDelay`` in milliseconds (``15m`` by default)."""
+    delay_raw = opts.get("maxtriggerdelay")
+    if delay_raw is None:
+        return DEFAULT_MAX_TRIGGER_DELAY_MS
+    return parse_duration_ms(delay_raw, "maxTriggerDelay")
+
+
+def _read_as_table(opts: dict[str, str], *, streaming: bool) -> bool:
+    """``readAs``: ``records`` (the default) or ``table`` (batch reads, one task per
+    partition)."""
+    read_as = opts.get("readas", "records").strip().lower()
+    if read_as not in ("records", "table"):
+        raise ValueError(
+            f"option 'readAs' must be 'records' (every record, the default) or 'table' (the "
+            f"latest record of every live key of a compacted topic), got {opts['readas']!r}"
+        )
+    if read_as != "table":
+        return False
+    if streaming:
+        raise ValueError(
+            "option 'readAs': 'table' is a batch read (spark.read); in a stream-static join "
+            "Spark reads it again for every micro-batch"
+        )
+    for name in ("minPartitions", "maxRecordsPerPartition"):
+        if name.lower() in opts:
+            raise ValueError(
+                f"option '{name}' cannot be used with readAs=table: a key's records must "
+                "be read by one task, so each partition is one task"
+            )
+    return True
+
+
+def _fetcher(opts: dict[str, str], params: dict[str, str]) -> str:
+    """``fetcher`` (``auto``, ``direct`` or ``librdkafka``), after checking the security
+    options: ``direct`` must be able to connect with them."""
+    fetcher = opts.get("fetcher", "auto").strip().lower()
+    if fetcher not in ("auto", "direct", "librdkafka"):
+        raise ValueError(
+            "option 'fetcher' must be 'auto' (the default), 'direct' (tasks fetch record "
+            "batches and decode them into Arrow) or 'librdkafka' (a consumer per task), got "
+            f"{opts['fetcher']!r}"
+        )
+    validate_security(params)
+    unsupported = wire_unsupported(params)
+    if fetcher == "direct" and unsupported is not None:
+        raise ValueError(
+            f"option 'fetcher': 'direct' cannot connect: {unsupported}; use 'auto' or 'librdkafka'"
+        )
+    return fetcher
+
+
+def _check_whole_batches(opts: dict[str, str]) -> None:
+    """``wholeBatches=true`` sizes each micro-batch itself: no per-trigger limits."""
+    for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger"):
+        if name.lower() in opts:
+            raise ValueError(
+                f"option '{name}' cannot be used with wholeBatches=true: each micro-batch "
+                "is one whole upstream batch"
+            )
 
 
 def _batch_boundaries(

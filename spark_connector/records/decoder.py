@@ -48,7 +48,7 @@ import sys
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -525,102 +525,39 @@ class PyColumns:
         if count < 0:
             raise CorruptRecords(f"negative record count {count}")
         with_headers = self.with_headers
-        ts_type = 1 if log_append_time else 0
-        offsets: list[int] = []
-        timestamps: list[int] = []
-        keys: list[bytes | None] = []
-        values: list[bytes | None] = []
-        headers: list[list[tuple[bytes, bytes | None]]] = []
-        key_bytes = self._key_bytes
-        value_bytes = self._value_bytes
-        header_count = self._header_count
-        header_key_bytes = self._header_key_bytes
-        header_value_bytes = self._header_value_bytes
-        data_bytes = self.data_bytes
+        times = _BatchTimes(base_timestamp, max_timestamp, log_append_time)
+        kept = _KeptRows(
+            self._key_bytes,
+            self._value_bytes,
+            self._header_count,
+            self._header_key_bytes,
+            self._header_value_bytes,
+            self.data_bytes,
+        )
         pos = 0
         for _ in range(count):
-            length, pos = _varint(data, pos, end)
-            if length < 0 or length > end - pos:
-                raise CorruptRecords("record runs past the end of its batch")
-            rend = pos + length
-            if pos >= rend:
-                raise CorruptRecords("truncated record")
-            pos += 1  # attributes
-            ts_delta, pos = _varlong(data, pos, rend)
-            offset_delta, pos = _varint(data, pos, rend)
-            offset = base_offset + offset_delta
-            ts_ms = max_timestamp if log_append_time else base_timestamp + ts_delta
-            if not _INT64_MIN <= offset <= _INT64_MAX:
-                raise CorruptRecords("record offset out of range")
-            if not _INT64_MIN <= ts_ms * 1000 <= _INT64_MAX:
-                raise CorruptRecords("record timestamp out of range")
-            keep = from_offset <= offset < until_offset
-            key, pos = _field(data, pos, rend)
-            value, pos = _field(data, pos, rend)
-            n_headers, pos = _varint(data, pos, rend)
-            if n_headers < 0:
-                raise CorruptRecords(f"negative header count {n_headers}")
-            row_headers: list[tuple[bytes, bytes | None]] = []
-            for _h in range(n_headers):
-                hk_len, pos = _varint(data, pos, rend)
-                if hk_len < 0 or hk_len > rend - pos:
-                    raise CorruptRecords(f"bad header key length {hk_len}")
-                if not with_headers:  # skipped, not copied
-                    pos += hk_len
-                    hv_len, pos = _varint(data, pos, rend)
-                    if hv_len < -1 or hv_len > rend - pos:
-                        raise CorruptRecords(f"bad record field length {hv_len}")
-                    pos += max(hv_len, 0)
-                    continue
-                hkey = data[pos : pos + hk_len]
-                pos += hk_len
-                hvalue, pos = _field(data, pos, rend)
-                try:
-                    hkey.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise CorruptRecords("header key is not UTF-8") from None
-                if keep:
-                    row_headers.append((hkey, hvalue))
-            if pos != rend:
-                raise CorruptRecords("record length does not match its fields")
-            if not keep:
-                continue
-            n_key = 0 if key is None else len(key)
-            n_value = 0 if value is None else len(value)
-            key_bytes += n_key
-            value_bytes += n_value
-            data_bytes += n_key + n_value
-            if with_headers:
-                header_count += len(row_headers)
-                for hkey, hvalue in row_headers:
-                    n_hvalue = 0 if hvalue is None else len(hvalue)
-                    header_key_bytes += len(hkey)
-                    header_value_bytes += n_hvalue
-                    data_bytes += len(hkey) + n_hvalue
-                headers.append(row_headers)
-            if max(key_bytes, value_bytes, header_count, header_key_bytes, header_value_bytes) > (
-                _INT32_MAX
-            ):
-                raise OverflowError("a column passed 2**31-1 bytes: take() sooner")
-            offsets.append(offset)
-            timestamps.append(ts_ms * 1000)
-            keys.append(key)
-            values.append(value)
+            record, pos = _record(data, pos, end, base_offset, times, with_headers)
+            if from_offset <= record.offset < until_offset:
+                kept.keep(record, with_headers)
         if pos != end:
             raise CorruptRecords(f"{end - pos} bytes after the batch's last record")
-        self._offsets.extend(offsets)
-        self._timestamps.extend(timestamps)
-        self._types.extend([ts_type] * len(offsets))
-        self._keys += keys
-        self._values += values
-        self._headers += headers
-        self._key_bytes = key_bytes
-        self._value_bytes = value_bytes
-        self._header_count = header_count
-        self._header_key_bytes = header_key_bytes
-        self._header_value_bytes = header_value_bytes
-        self.data_bytes = data_bytes
-        return len(offsets)
+        self._apply(kept, 1 if log_append_time else 0)
+        return len(kept.offsets)
+
+    def _apply(self, kept: _KeptRows, ts_type: int) -> None:
+        """Append the rows an ``add`` kept and take over its byte counts."""
+        self._offsets.extend(kept.offsets)
+        self._timestamps.extend(kept.timestamps)
+        self._types.extend([ts_type] * len(kept.offsets))
+        self._keys += kept.keys
+        self._values += kept.values
+        self._headers += kept.headers
+        self._key_bytes = kept.key_bytes
+        self._value_bytes = kept.value_bytes
+        self._header_count = kept.header_count
+        self._header_key_bytes = kept.header_key_bytes
+        self._header_value_bytes = kept.header_value_bytes
+        self.data_bytes = kept.data_bytes
 
     def take(self) -> Taken:
         """The held rows as Arrow buffers (see ``Taken``); empties the builder."""
@@ -665,6 +602,133 @@ class PyColumns:
         )
         self._reset()
         return out  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class _BatchTimes:
+    """A batch header's timestamps: a record's is the base plus its delta, or the batch's
+    max timestamp under LogAppendTime."""
+
+    base_timestamp: int
+    max_timestamp: int
+    log_append_time: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    """One decoded record (``headers`` empty unless the builder keeps headers)."""
+
+    offset: int
+    ts_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[bytes, bytes | None]]
+
+
+@dataclass(slots=True)
+class _KeptRows:
+    """The rows one ``PyColumns.add`` keeps and the builder's byte counts with them: applied
+    to the builder only once the whole batch decoded (a failed ``add`` changes nothing)."""
+
+    key_bytes: int
+    value_bytes: int
+    header_count: int
+    header_key_bytes: int
+    header_value_bytes: int
+    data_bytes: int
+    offsets: list[int] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    headers: list[list[tuple[bytes, bytes | None]]] = field(default_factory=list)
+
+    def keep(self, record: _Record, with_headers: bool) -> None:
+        """Add ``record``; ``OverflowError`` when a column passes 2**31-1 bytes."""
+        key, value = record.key, record.value
+        n_key = 0 if key is None else len(key)
+        n_value = 0 if value is None else len(value)
+        self.key_bytes += n_key
+        self.value_bytes += n_value
+        self.data_bytes += n_key + n_value
+        if with_headers:
+            self.header_count += len(record.headers)
+            for hkey, hvalue in record.headers:
+                n_hvalue = 0 if hvalue is None else len(hvalue)
+                self.header_key_bytes += len(hkey)
+                self.header_value_bytes += n_hvalue
+                self.data_bytes += len(hkey) + n_hvalue
+            self.headers.append(record.headers)
+        if max(
+            self.key_bytes,
+            self.value_bytes,
+            self.header_count,
+            self.header_key_bytes,
+            self.header_value_bytes,
+        ) > (_INT32_MAX):
+            raise OverflowError("a column passed 2**31-1 bytes: take() sooner")
+        self.offsets.append(record.offset)
+        self.timestamps.append(record.ts_ms * 1000)
+        self.keys.append(key)
+        self.values.append(value)
+
+
+def _record(
+    data: bytes, pos: int, end: int, base_offset: int, times: _BatchTimes, with_headers: bool
+) -> tuple[_Record, int]:
+    """The record at ``pos`` (every field checked, see the module docstring) and the
+    position after it."""
+    length, pos = _varint(data, pos, end)
+    if length < 0 or length > end - pos:
+        raise CorruptRecords("record runs past the end of its batch")
+    rend = pos + length
+    if pos >= rend:
+        raise CorruptRecords("truncated record")
+    pos += 1  # attributes
+    ts_delta, pos = _varlong(data, pos, rend)
+    offset_delta, pos = _varint(data, pos, rend)
+    offset = base_offset + offset_delta
+    ts_ms = times.max_timestamp if times.log_append_time else times.base_timestamp + ts_delta
+    if not _INT64_MIN <= offset <= _INT64_MAX:
+        raise CorruptRecords("record offset out of range")
+    if not _INT64_MIN <= ts_ms * 1000 <= _INT64_MAX:
+        raise CorruptRecords("record timestamp out of range")
+    key, pos = _field(data, pos, rend)
+    value, pos = _field(data, pos, rend)
+    headers, pos = _record_headers(data, pos, rend, with_headers)
+    if pos != rend:
+        raise CorruptRecords("record length does not match its fields")
+    return _Record(offset, ts_ms, key, value, headers), pos
+
+
+def _record_headers(
+    data: bytes, pos: int, rend: int, with_headers: bool
+) -> tuple[list[tuple[bytes, bytes | None]], int]:
+    """A record's headers (checked; skipped, not copied, without ``with_headers``) and the
+    position after them."""
+    n_headers, pos = _varint(data, pos, rend)
+    if n_headers < 0:
+        raise CorruptRecords(f"negative header count {n_headers}")
+    headers: list[tuple[bytes, bytes | None]] = []
+    for _h in range(n_headers):
+        hk_len, pos = _varint(data, pos, rend)
+        if hk_len < 0 or hk_len > rend - pos:
+            raise CorruptRecords(f"bad header key length {hk_len}")
+        if not with_headers:  # skipped, not copied
+            pos += hk_len
+            hv_len, pos = _varint(data, pos, rend)
+            if hv_len < -1 or hv_len > rend - pos:
+                raise CorruptRecords(f"bad record field length {hv_len}")
+            pos += max(hv_len, 0)
+            continue
+        hkey = data[pos : pos + hk_len]
+        pos += hk_len
+        hvalue, pos = _field(data, pos, rend)
+        try:
+            hkey.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptRecords("header key is not UTF-8") from None
+        headers.append((hkey, hvalue))
+    return headers, pos
 
 
 def _field(data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:

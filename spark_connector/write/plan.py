@@ -11,7 +11,7 @@ tasks. Concurrency: pure functions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -100,6 +100,19 @@ def _is_headers_type(dt: DataType) -> bool:
     )
 
 
+_COLUMN_TYPES: dict[str, tuple[Callable[[DataType], bool], str]] = {
+    "value": (
+        _is_string_or_binary,
+        "string or binary (cast it, e.g. CAST(value AS STRING) or to_json(...))",
+    ),
+    "key": (_is_string_or_binary, "string or binary"),
+    "topic": (lambda dt: isinstance(dt, StringType), "string"),
+    "partition": (lambda dt: isinstance(dt, IntegerType), "int"),
+    "headers": (_is_headers_type, "array<struct<key:string,value:binary>>"),
+}
+"""The sink's columns, in the order they are checked: what type fits and its name."""
+
+
 def plan_write(options: Mapping[str, str], schema: StructType) -> WritePlan:
     """Validate ``options`` and ``schema`` and locate the sink's columns.
 
@@ -126,48 +139,52 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> WritePlan:
     topic_option = opts.get(TOPIC_OPTION)
     if topic_option is not None and not topic_option.strip():
         raise WriteOptionError(f"option '{TOPIC_OPTION}' must not be empty")
+    index = _sink_columns(schema)
+    if topic_option is None and "topic" not in index:
+        raise WriteOptionError(
+            f"no topic to write to: set option '{TOPIC_OPTION}' or provide a string column 'topic'"
+        )
+    return WritePlan(
+        bootstrap_servers=bootstrap,
+        topic=topic_option.strip() if topic_option is not None else None,
+        value_index=index["value"],
+        key_index=index.get("key"),
+        topic_index=index.get("topic"),
+        partition_index=index.get("partition"),
+        headers_index=index.get("headers"),
+        producer_options=_producer_options(opts),
+        producer=producer,
+    )
 
+
+def _sink_columns(schema: StructType) -> dict[str, int]:
+    """The positions of the sink's columns in ``schema`` (the first of a name, matched
+    case-insensitively), each checked to have a type the sink writes; ``value`` is
+    required."""
     index: dict[str, int] = {}
     types: dict[str, DataType] = {}
     for i, f in enumerate(schema.fields):
         name = f.name.lower()
-        if name in ("value", "key", "topic", "partition", "headers") and name not in index:
+        if name in _COLUMN_TYPES and name not in index:
             index[name] = i
             types[name] = f.dataType
-
     if "value" not in index:
         raise WriteOptionError(
             "required column 'value' not found (columns: "
             f"{', '.join(schema.fieldNames()) or 'none'}); the sink writes columns value "
             "(string or binary), and optionally key, headers, topic, partition"
         )
-    if not _is_string_or_binary(types["value"]):
-        raise WriteOptionError(
-            f"column 'value' has type {_type_name(types['value'])}; it must be string or "
-            "binary (cast it, e.g. CAST(value AS STRING) or to_json(...))"
-        )
-    if "key" in index and not _is_string_or_binary(types["key"]):
-        raise WriteOptionError(
-            f"column 'key' has type {_type_name(types['key'])}; it must be string or binary"
-        )
-    if "topic" in index and not isinstance(types["topic"], StringType):
-        raise WriteOptionError(
-            f"column 'topic' has type {_type_name(types['topic'])}; it must be string"
-        )
-    if "partition" in index and not isinstance(types["partition"], IntegerType):
-        raise WriteOptionError(
-            f"column 'partition' has type {_type_name(types['partition'])}; it must be int"
-        )
-    if "headers" in index and not _is_headers_type(types["headers"]):
-        raise WriteOptionError(
-            f"column 'headers' has type {_type_name(types['headers'])}; it must be "
-            "array<struct<key:string,value:binary>>"
-        )
-    if topic_option is None and "topic" not in index:
-        raise WriteOptionError(
-            f"no topic to write to: set option '{TOPIC_OPTION}' or provide a string column 'topic'"
-        )
+    for name, (fits, expected) in _COLUMN_TYPES.items():
+        if name in index and not fits(types[name]):
+            raise WriteOptionError(
+                f"column '{name}' has type {_type_name(types[name])}; it must be {expected}"
+            )
+    return index
 
+
+def _producer_options(opts: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` options without their prefix (but the bootstrap servers), the
+    security options among them checked."""
     producer_options = {
         k[len(KAFKA_PREFIX) :]: v
         for k, v in opts.items()
@@ -177,17 +194,7 @@ def plan_write(options: Mapping[str, str], schema: StructType) -> WritePlan:
         validate_security(producer_options)
     except SecurityOptionError as exc:
         raise WriteOptionError(str(exc)) from None
-    return WritePlan(
-        bootstrap_servers=bootstrap,
-        topic=topic_option.strip() if topic_option is not None else None,
-        value_index=index["value"],
-        key_index=index.get("key"),
-        topic_index=index.get("topic"),
-        partition_index=index.get("partition"),
-        headers_index=index.get("headers"),
-        producer_options=producer_options,
-        producer=producer,
-    )
+    return producer_options
 
 
 def producer_config(plan: WritePlan) -> dict[str, Any]:
@@ -290,11 +297,8 @@ def batch_settings(plan: WritePlan) -> BatchSettings | str:
         return f"option '{PRODUCER_OPTION}' is librdkafka"
     opts = dict(plan.producer_options)
     acks_raw = opts.pop("acks", opts.pop("request.required.acks", "all")).strip().lower()
-    if acks_raw in ("all", "-1"):
-        acks = -1
-    elif acks_raw == "1":
-        acks = 1
-    else:
+    acks = _ACKS.get(acks_raw)
+    if acks is None:
         return f"option 'kafka.acks' is {acks_raw} (the batch producer waits for acks)"
     idempotent = acks == -1
     if "enable.idempotence" in opts:
@@ -307,21 +311,36 @@ def batch_settings(plan: WritePlan) -> BatchSettings | str:
     codec = _CODECS.get(codec_raw.strip().lower())
     if codec is None:
         return f"option 'kafka.compression.type' is {codec_raw}"
+    changes = _setting_changes(plan, opts)
+    if isinstance(changes, str):
+        return changes
     settings = BatchSettings(acks=acks, idempotent=idempotent, codec=codec)
-    ints = {
-        "batch.size": ("batch_bytes", 1, 2**31 - 1),
-        "request.timeout.ms": ("request_timeout_ms", 1, 900_000),
-        "delivery.timeout.ms": ("delivery_timeout_ms", 0, 2**31 - 1),
-        "message.timeout.ms": ("delivery_timeout_ms", 0, 2**31 - 1),
-        "retry.backoff.ms": ("retry_backoff_ms", 1, 300_000),
-        "queue.buffering.max.kbytes": ("buffer_bytes", 1, 2**31 - 1),
-        "max.in.flight.requests.per.connection": ("max_in_flight", 1, 1_000_000),
-        "max.in.flight": ("max_in_flight", 1, 1_000_000),
-    }
+    return replace(settings, **_settled(changes, idempotent))  # type: ignore[arg-type]
+
+
+_ACKS = {"all": -1, "-1": -1, "1": 1}
+"""``kafka.acks`` values the batch producer takes (it always waits for acks)."""
+
+_INT_SETTINGS = {
+    "batch.size": ("batch_bytes", 1, 2**31 - 1),
+    "request.timeout.ms": ("request_timeout_ms", 1, 900_000),
+    "delivery.timeout.ms": ("delivery_timeout_ms", 0, 2**31 - 1),
+    "message.timeout.ms": ("delivery_timeout_ms", 0, 2**31 - 1),
+    "retry.backoff.ms": ("retry_backoff_ms", 1, 300_000),
+    "queue.buffering.max.kbytes": ("buffer_bytes", 1, 2**31 - 1),
+    "max.in.flight.requests.per.connection": ("max_in_flight", 1, 1_000_000),
+    "max.in.flight": ("max_in_flight", 1, 1_000_000),
+}
+"""Integer ``kafka.*`` options: the :class:`BatchSettings` field each sets and its range."""
+
+
+def _setting_changes(plan: WritePlan, opts: Mapping[str, str]) -> dict[str, object] | str:
+    """The :class:`BatchSettings` fields the remaining ``kafka.*`` options set (as given),
+    or why the batch producer cannot write with them."""
     changes: dict[str, object] = {}
     for name, raw in opts.items():
-        if name in ints:
-            attr, low, high = ints[name]
+        if name in _INT_SETTINGS:
+            attr, low, high = _INT_SETTINGS[name]
             changes[attr] = _int_option(name, raw, low, high)
         elif name == "client.id":
             changes["client_id"] = raw
@@ -333,6 +352,12 @@ def batch_settings(plan: WritePlan) -> BatchSettings | str:
                 return reason
         elif name not in _BATCHING_ONLY:
             return f"option 'kafka.{name}' is a librdkafka setting the batch producer lacks"
+    return changes
+
+
+def _settled(changes: dict[str, object], idempotent: bool) -> dict[str, object]:
+    """``changes`` in the batch producer's units and limits: KiB to bytes, in-flight
+    requests at most 5 (an error with idempotence), a 0 delivery timeout infinite."""
     if "buffer_bytes" in changes:
         changes["buffer_bytes"] = int(changes["buffer_bytes"]) * 1024  # type: ignore[call-overload]
     in_flight = changes.get("max_in_flight")
@@ -345,4 +370,4 @@ def batch_settings(plan: WritePlan) -> BatchSettings | str:
         changes["max_in_flight"] = _MAX_IN_FLIGHT  # the batch producer's most
     if changes.get("delivery_timeout_ms") == 0:
         changes["delivery_timeout_ms"] = 2**31 - 1  # librdkafka: 0 is infinite
-    return replace(settings, **changes)  # type: ignore[arg-type]
+    return changes

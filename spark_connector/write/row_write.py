@@ -159,12 +159,9 @@ def write_rows_librdkafka(
     Raises :class:`WriteOptionError` for a row that cannot be produced (checked per Arrow
     batch, before any of that batch's rows are sent) and :class:`DeliveryError` if any
     delivery failed; returns only when every row was acknowledged."""
-    from confluent_kafka import KafkaException
-
     tracker = _DeliveryTracker(only_errors=True)
     producer: Any = None
     produced = 0
-    row_base = 0
     ok = False
     try:
         for batch in batches:
@@ -173,74 +170,100 @@ def write_rows_librdkafka(
                 continue
             if producer is None:
                 producer = _new_producer(plan, tracker, {"delivery.report.only.error": True})
-            produce = producer.produce
-            values = batch.column(plan.value_index).to_pylist()
-            keys: Iterable[Any] = (
-                repeat(None, n)
-                if plan.key_index is None
-                else batch.column(plan.key_index).to_pylist()
-            )
-            headers: Iterable[Any] = (
-                repeat(None, n)
-                if plan.headers_index is None
-                else [
-                    _headers(h, row_base + i)
-                    for i, h in enumerate(batch.column(plan.headers_index).to_pylist())
-                ]
-            )
-            rows = zip(
-                _row_topics(plan, batch, row_base),
-                values,
-                keys,
-                _row_partitions(plan, batch, row_base),
-                headers,
-                strict=True,
-            )
-            i = 0
-            topic = plan.topic
-            try:
-                for i, (topic, value, key, partition, hdrs) in enumerate(rows):
-                    try:
-                        if hdrs is None:
-                            produce(topic, value, key, partition)
-                        else:
-                            produce(topic, value, key, partition, headers=hdrs)
-                    except BufferError:
-                        _produce_blocking(producer, topic, value, key, partition, hdrs)
-                    if i % _POLL_EVERY_ROWS == 0:
-                        producer.poll(0)
-            except KafkaException as exc:
-                raise DeliveryError(
-                    f"cannot produce row {row_base + i} (topic '{topic}'): {exc}"
-                ) from exc
+            _produce_batch(producer, plan, batch, row_base=produced)
             produced += n
-            row_base += n
             producer.poll(0)
             if tracker.failed:
                 break
         if producer is None:
             ok = True
             return MillraceWriteCommitMessage(rows=0)
-        while producer.flush(_FLUSH_STEP_S) > 0:
-            log.info("millrace writer: waiting for %d delivery reports", len(producer))
-        tracker.settle(produced)
-        if tracker.failed:
-            raise DeliveryError(
-                f"{tracker.failed} of {produced} rows were not acknowledged by the cluster "
-                f"at {plan.bootstrap_servers}; first errors: {'; '.join(tracker.errors)}"
-            )
-        if tracker.acked != produced:
-            raise DeliveryError(
-                f"only {tracker.acked} of {produced} rows were acknowledged by the cluster"
-            )
+        _await_deliveries(producer, tracker, plan, produced)
         ok = True
         return MillraceWriteCommitMessage(rows=produced)
     finally:
         if not ok and producer is not None:
-            # Drop what is still queued so the failing task does not linger; rows already
-            # sent may have been written (at-least-once: the retry sends them again).
+            _purge(producer)
+
+
+def _batch_rows(
+    plan: WritePlan, batch: pa.RecordBatch, row_base: int
+) -> Iterator[tuple[str, Any, Any, int, Any]]:
+    """The (topic, value, key, partition, headers) of every row of ``batch``, all checked
+    before the first is returned (``row_base``: the batch's first row in the task)."""
+    n = batch.num_rows
+    values = batch.column(plan.value_index).to_pylist()
+    keys: Iterable[Any] = (
+        repeat(None, n) if plan.key_index is None else batch.column(plan.key_index).to_pylist()
+    )
+    headers: Iterable[Any] = (
+        repeat(None, n)
+        if plan.headers_index is None
+        else [
+            _headers(h, row_base + i)
+            for i, h in enumerate(batch.column(plan.headers_index).to_pylist())
+        ]
+    )
+    return zip(
+        _row_topics(plan, batch, row_base),
+        values,
+        keys,
+        _row_partitions(plan, batch, row_base),
+        headers,
+        strict=True,
+    )
+
+
+def _produce_batch(producer: Any, plan: WritePlan, batch: pa.RecordBatch, row_base: int) -> None:
+    """``produce()`` every row of ``batch``, waiting for queue room when it is full and
+    polling for delivery reports every :data:`_POLL_EVERY_ROWS` rows."""
+    from confluent_kafka import KafkaException
+
+    produce = producer.produce
+    rows = _batch_rows(plan, batch, row_base)
+    i = 0
+    topic = plan.topic
+    try:
+        for i, (topic, value, key, partition, hdrs) in enumerate(rows):
             try:
-                producer.purge()
-                producer.flush(1.0)
-            except (KafkaException, RuntimeError) as exc:
-                log.warning("millrace writer: purging the producer after a failure: %s", exc)
+                if hdrs is None:
+                    produce(topic, value, key, partition)
+                else:
+                    produce(topic, value, key, partition, headers=hdrs)
+            except BufferError:
+                _produce_blocking(producer, topic, value, key, partition, hdrs)
+            if i % _POLL_EVERY_ROWS == 0:
+                producer.poll(0)
+    except KafkaException as exc:
+        raise DeliveryError(f"cannot produce row {row_base + i} (topic '{topic}'): {exc}") from exc
+
+
+def _await_deliveries(
+    producer: Any, tracker: _DeliveryTracker, plan: WritePlan, produced: int
+) -> None:
+    """Flush until every delivery report is in; :class:`DeliveryError` unless all
+    ``produced`` rows were acknowledged."""
+    while producer.flush(_FLUSH_STEP_S) > 0:
+        log.info("millrace writer: waiting for %d delivery reports", len(producer))
+    tracker.settle(produced)
+    if tracker.failed:
+        raise DeliveryError(
+            f"{tracker.failed} of {produced} rows were not acknowledged by the cluster "
+            f"at {plan.bootstrap_servers}; first errors: {'; '.join(tracker.errors)}"
+        )
+    if tracker.acked != produced:
+        raise DeliveryError(
+            f"only {tracker.acked} of {produced} rows were acknowledged by the cluster"
+        )
+
+
+def _purge(producer: Any) -> None:
+    """Drop what is still queued so the failing task does not linger; rows already sent
+    may have been written (at-least-once: the retry sends them again)."""
+    from confluent_kafka import KafkaException
+
+    try:
+        producer.purge()
+        producer.flush(1.0)
+    except (KafkaException, RuntimeError) as exc:
+        log.warning("millrace writer: purging the producer after a failure: %s", exc)
