@@ -433,7 +433,11 @@ def click(driver: Any, ident: str, then: str) -> None:
             "return window.millraceOldPage === undefined && document.readyState === 'complete';"
         ),
     )
-    wait(driver, lambda d: css(d, then))
+    try:
+        wait(driver, lambda d: css(d, then))
+    except Exception as exc:  # a timeout: say what the page shows instead
+        body = driver.find_element("tag name", "body").text[:1500]
+        raise AssertionError(f"no {then} on {driver.current_url}: {body}") from exc
 
 
 def submit_confirm(driver: Any, then: str = "#notice") -> None:
@@ -447,7 +451,10 @@ def reload_until(driver: Any, predicate: Callable[[Any], Any], timeout: float = 
         result = predicate(driver)
         if result:
             return result
-        assert time.monotonic() < deadline, f"condition not met on {driver.current_url}"
+        assert time.monotonic() < deadline, (
+            f"condition not met on {driver.current_url}: "
+            + driver.find_element("tag name", "body").text[:1500]
+        )
         time.sleep(0.5)
         driver.refresh()
 

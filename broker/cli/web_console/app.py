@@ -62,6 +62,10 @@ from broker.types import TopicPartition
 
 HERE = Path(__file__).parent
 MAX_INT32 = 2**31 - 1
+TOPIC_WAIT_S = 5.0
+"""A topic's page asks again for this long while the broker answering does not know the
+topic yet (a topic just created reaches each broker's metadata a moment after the
+controller's, as in Kafka)."""
 
 
 class WritesDisabled(Exception):
@@ -201,9 +205,19 @@ class _Console:
             metrics=bool(self.source.metrics_urls()),
         )
 
+    def _cluster_knowing(self, name: str) -> ClusterInfo:
+        """The cluster, asked again for up to :data:`TOPIC_WAIT_S` while it shows no topic
+        ``name`` (then the page says the topic does not exist)."""
+        deadline = time.monotonic() + TOPIC_WAIT_S
+        while True:
+            info = self.source.cluster()
+            if any(t.name == name for t in info.topics) or time.monotonic() >= deadline:
+                return info
+            time.sleep(0.2)
+
     def topic_page(self, request: Request) -> Response:
         name = request.path_params["name"]
-        info = self.source.cluster()
+        info = self._cluster_knowing(name)
         topic = info.topic(name)
         tps = [TopicPartition(name, p.partition) for p in topic.partitions]
         starts, errors = self.source.offsets(tps, "earliest")

@@ -123,6 +123,10 @@ class ConfigRow:
     sensitive: bool
 
 
+DESCRIBE_TIMEOUT_S = 3.0
+"""At most this long for DescribeCluster before the page falls back on Metadata's brokers."""
+
+
 def error_text(exc: object) -> str:
     """One line for any failure of a client call."""
     if isinstance(exc, ConsoleError | CliError):
@@ -196,23 +200,40 @@ class ClusterSource:
 
     # --- reads ------------------------------------------------------------------------------
 
+    def _live_nodes(self, metadata: Any) -> tuple[str, int, list[tuple[int, str, int, str | None]]]:
+        """(cluster id, controller id, [(id, host, port, rack)]) of the live brokers:
+        DescribeCluster's answer (it has the racks), or, while no controller answers (an
+        election under way), the Metadata response's brokers and controller."""
+        from confluent_kafka import KafkaException
+
+        try:
+            described = self.admin.describe_cluster(
+                request_timeout=min(self.timeout_s, DESCRIBE_TIMEOUT_S)
+            ).result(timeout=min(self.timeout_s, DESCRIBE_TIMEOUT_S) + 1)
+        except (KafkaException, TimeoutError):
+            nodes: list[tuple[int, str, int, str | None]] = [
+                (b.id, b.host, b.port, None) for b in metadata.brokers.values()
+            ]
+            return str(metadata.cluster_id or "-"), int(metadata.controller_id), nodes
+        controller = described.controller.id if described.controller is not None else -1
+        nodes = [(n.id, n.host, n.port, n.rack or None) for n in described.nodes]
+        return str(described.cluster_id or "-"), controller, nodes
+
     def cluster(self) -> ClusterInfo:
         from confluent_kafka import KafkaException
 
         try:
-            described = self.admin.describe_cluster(request_timeout=self.timeout_s).result(
-                timeout=self.timeout_s + 1
-            )
+            # Metadata first: it refreshes the client's idea of the controller, whom
+            # librdkafka's DescribeCluster waits for (after the controller's process died, a
+            # client that has not asked for metadata since would wait for the dead one).
             metadata = self.admin.list_topics(timeout=self.timeout_s)
         except (KafkaException, TimeoutError) as exc:
             raise ConsoleError(f"cannot describe the cluster: {error_text(exc)}") from exc
-        controller = described.controller.id if described.controller is not None else -1
+        cluster_id, controller, nodes = self._live_nodes(metadata)
         urls = self.metrics_urls()
         brokers = {
-            n.id: BrokerInfo(
-                n.id, n.host, n.port, n.rack or None, n.id == controller, True, urls.get(n.id)
-            )
-            for n in described.nodes
+            bid: BrokerInfo(bid, host, port, rack, bid == controller, True, urls.get(bid))
+            for bid, host, port, rack in nodes
         }
         for b in self._known_brokers():
             bid = int(b["id"])
@@ -236,7 +257,7 @@ class ClusterSource:
             )
             topics.append(TopicInfo(name, name.startswith(INTERNAL_PREFIX), parts))
         return ClusterInfo(
-            str(described.cluster_id or "-"),
+            cluster_id,
             controller,
             tuple(sorted(brokers.values(), key=lambda b: b.broker_id)),
             tuple(topics),
