@@ -247,72 +247,12 @@ class ReplicaManager:
             return {s.tp: ErrorCode.stale_controller_epoch for s in specs}
         for spec in specs:
             tp = spec.tp
-            now = self.clock.time_ms()  # a follower's lag counts from its partition's turn
-            if tp in self.offline_partitions:
-                log.warning(
-                    "%s: ignoring LeaderAndIsr: the replica is in an offline log directory", tp
-                )
-                results[tp] = ErrorCode.kafka_storage_error
-                continue
-            if self.broker_id not in spec.replicas:
-                results[tp] = ErrorCode.unknown_topic_or_partition
-                continue
-            partition = self.partitions.get(tp)
-            if partition is not None and (
-                spec.leader_epoch < partition.leader_epoch
-                or (
-                    spec.leader_epoch == partition.leader_epoch
-                    and spec.leader == partition.leader_id
-                    and spec.replicas == partition.replicas
-                )
-            ):
-                # not newer than what this replica has: ignore (Kafka answers the same)
-                results[tp] = ErrorCode.stale_controller_epoch
+            refused = self._refusal(spec)
+            if refused is not None:
+                results[tp] = refused
                 continue
             try:
-                if partition is None:
-                    plog = self.log_manager.get_or_create_log(
-                        tp, log_config_for(tp.topic), is_new=spec.is_new
-                    )
-                    partition = Partition(
-                        tp,
-                        plog,
-                        broker_id=self.broker_id,
-                        leader_id=-1,
-                        leader_epoch=spec.leader_epoch,
-                        replicas=spec.replicas,
-                        isr=spec.isr,
-                        high_watermark=self._hw_checkpoints.get(tp, 0),
-                        zk_version=spec.zk_version,
-                        now_ms=now,
-                    )
-                    self.partitions[tp] = partition
-                else:
-                    partition.log.update_config(log_config_for(tp.topic))
-                self.fetchers.remove_partition(tp)
-                if spec.leader == self.broker_id:
-                    partition.make_leader(
-                        spec.leader_epoch,
-                        spec.replicas,
-                        spec.isr,
-                        zk_version=spec.zk_version,
-                        now_ms=now,
-                    )
-                    log.info(
-                        "%s: leader at epoch %d, ISR %s", tp, spec.leader_epoch, list(spec.isr)
-                    )
-                else:
-                    partition.make_follower(
-                        spec.leader,
-                        spec.leader_epoch,
-                        spec.replicas,
-                        spec.isr,
-                        zk_version=spec.zk_version,
-                    )
-                    address = leaders.get(spec.leader)
-                    if spec.leader >= 0 and address is not None:
-                        self.fetchers.add_partition(tp, spec.leader, address, spec.leader_epoch)
-                    log.info("%s: follower of %d at epoch %d", tp, spec.leader, spec.leader_epoch)
+                self._take_role(spec, leaders, log_config_for)
                 results[tp] = ErrorCode.none
             except Exception as exc:
                 log.exception("%s: cannot take the role of LeaderAndIsr", tp)
@@ -322,6 +262,72 @@ class ReplicaManager:
                 self.notify_role(tp, spec.leader == self.broker_id, spec.leader_epoch)
         self.fetchers.remove_idle_fetchers()
         return results
+
+    def _refusal(self, spec: PartitionStateSpec) -> ErrorCode | None:
+        """Why this replica ignores ``spec`` (offline log dir, not a replica, not newer than
+        what it has: Kafka answers the same), or None."""
+        tp = spec.tp
+        if tp in self.offline_partitions:
+            log.warning("%s: ignoring LeaderAndIsr: the replica is in an offline log directory", tp)
+            return ErrorCode.kafka_storage_error
+        if self.broker_id not in spec.replicas:
+            return ErrorCode.unknown_topic_or_partition
+        partition = self.partitions.get(tp)
+        if partition is not None and (
+            spec.leader_epoch < partition.leader_epoch
+            or (
+                spec.leader_epoch == partition.leader_epoch
+                and spec.leader == partition.leader_id
+                and spec.replicas == partition.replicas
+            )
+        ):
+            return ErrorCode.stale_controller_epoch
+        return None
+
+    def _take_role(
+        self,
+        spec: PartitionStateSpec,
+        leaders: dict[int, tuple[str, int]],
+        log_config_for: Callable[[str], LogConfig],
+    ) -> None:
+        """The partition (its log created if new) becomes leader or follower as ``spec``
+        says; a follower's lag counts from its partition's turn."""
+        tp = spec.tp
+        now = self.clock.time_ms()
+        partition = self.partitions.get(tp)
+        if partition is None:
+            plog = self.log_manager.get_or_create_log(
+                tp, log_config_for(tp.topic), is_new=spec.is_new
+            )
+            partition = Partition(
+                tp,
+                plog,
+                broker_id=self.broker_id,
+                leader_id=-1,
+                leader_epoch=spec.leader_epoch,
+                replicas=spec.replicas,
+                isr=spec.isr,
+                high_watermark=self._hw_checkpoints.get(tp, 0),
+                zk_version=spec.zk_version,
+                now_ms=now,
+            )
+            self.partitions[tp] = partition
+        else:
+            partition.log.update_config(log_config_for(tp.topic))
+        self.fetchers.remove_partition(tp)
+        if spec.leader == self.broker_id:
+            partition.make_leader(
+                spec.leader_epoch, spec.replicas, spec.isr, zk_version=spec.zk_version, now_ms=now
+            )
+            log.info("%s: leader at epoch %d, ISR %s", tp, spec.leader_epoch, list(spec.isr))
+            return
+        partition.make_follower(
+            spec.leader, spec.leader_epoch, spec.replicas, spec.isr, zk_version=spec.zk_version
+        )
+        address = leaders.get(spec.leader)
+        if spec.leader >= 0 and address is not None:
+            self.fetchers.add_partition(tp, spec.leader, address, spec.leader_epoch)
+        log.info("%s: follower of %d at epoch %d", tp, spec.leader, spec.leader_epoch)
 
     def notify_role(self, tp: TopicPartition, is_leader: bool, leader_epoch: int) -> None:
         """Tell the role listeners (and transaction support) about a role change."""

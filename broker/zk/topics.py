@@ -322,38 +322,11 @@ class ZkTopicOps(ZkSession):
         (raises :class:`ControllerMovedError`). A retried write whose first attempt succeeded
         is recognised (the znode holds exactly ``state``), as in Kafka's ReplicationUtils.
         """
-        path = PartitionState.path(name, partition)
-        data = state.encode()
-
-        def already_written() -> int | None:
-            return self._written_version(TopicPartition(name, partition), state, expected_version)
-
-        def work() -> int | None:
-            if controller_epoch_zk_version is None:
-                try:
-                    return int(self._kz.set(path, data, version=expected_version).version)
-                except BadVersionError:
-                    return already_written()
-                except NoNodeError:
-                    return None
-            tx = self._kz.transaction()
-            tx.check(CONTROLLER_EPOCH_PATH, controller_epoch_zk_version)
-            tx.set_data(path, data, version=expected_version)
-            results = tx.commit()
-            if not any(isinstance(r, Exception) for r in results):
-                return int(results[1].version)
-            if isinstance(results[0], BadVersionError | NoNodeError):
-                raise ControllerMovedError(
-                    f"controller epoch znode version is no longer {controller_epoch_zk_version}"
-                    f"; not writing {path}"
-                )
-            if isinstance(results[1], BadVersionError):
-                return already_written()
-            if isinstance(results[1], NoNodeError):
-                return None
-            raise ZkError(f"updating {path} failed: {results!r}")
-
-        return await self._run(work)
+        [version] = await self.update_partition_states(
+            [(TopicPartition(name, partition), state, expected_version)],
+            controller_epoch_zk_version=controller_epoch_zk_version,
+        )
+        return version
 
     async def update_partition_states(
         self,
