@@ -9,9 +9,11 @@ A task reads records ``[from_offset, until_offset)`` of one partition
 ``fetcher``). The default, *direct*: a :class:`~spark_connector.kafka.fetcher.PartitionFetcher`
 asks the partition's leader for whole record batches (Fetch, pipelined one request ahead)
 and :mod:`~spark_connector.records.decoder` decodes them straight into Arrow column buffers
-(a C extension built by ``make setup``, with a pure-Python reference of the same output);
-read_committed is applied per batch from the response's aborted transactions, as Kafka's
-Java consumer does (:class:`~spark_connector.records.decoder.AbortedFilter`); over TLS and
+(a C extension built by ``make setup``, with a pure-Python reference of the same output):
+a response without aborted transactions in one ``add_batches`` call of the column builder
+(no Python per batch; a compressed batch it hands back is decompressed here), one that lists
+aborted transactions (read_committed) batch by batch, as Kafka's Java consumer does
+(:class:`~spark_connector.records.decoder.AbortedFilter`); over TLS and
 SASL too (the task builds its TLS and SASL settings from the options' strings, once per
 process, :mod:`spark_connector.kafka.security`). The other, *librdkafka* (for a SASL
 mechanism the direct fetcher does not speak, GSSAPI or OAUTHBEARER, or on request): a
@@ -258,7 +260,7 @@ class _DirectRead:
         """One Fetch at the position: its batches in the range decoded (full Arrow batches
         yielded), the next Fetch sent ahead, the position moved past what it returned."""
         from spark_connector.kafka import fetcher as f
-        from spark_connector.records.decoder import iter_batches
+        from spark_connector.records.decoder import iter_batches, scan_batches
 
         result = self.fetcher.fetch(self.position)
         code = result.error_code
@@ -270,15 +272,36 @@ class _DirectRead:
                 f"{self.c.where}: Fetch at offset {self.position}: {f.error_name(code)}"
             )
         records = result.records if code == f.NONE else None
+        if records is not None and not (self.read_committed and result.aborted):
+            count, next_offset = scan_batches(records)
+            if count >= 0:  # regular v2 headers: the builder's own loop over the batches
+                if not self._prefetch_after(next_offset if count else None) and (
+                    self._log_ends_here(result, records)
+                ):
+                    return
+                yield from self._decode_run(records)
+                self._advance(next_offset if count else None, code)
+                return
         batches = list(iter_batches(records)) if records is not None else []
-        if batches:
-            next_position = max(self.position, batches[-1].next_offset)
-            if next_position < self.until:
-                self.fetcher.prefetch(next_position)
-        elif code == f.NONE and self._log_ends_here(result, records):
+        last = batches[-1].next_offset if batches else None
+        if (
+            not self._prefetch_after(last)
+            and code == f.NONE
+            and self._log_ends_here(result, records)
+        ):
             return
         yield from self._decode(result, records if records is not None else b"", batches)
-        self._advance(batches, code)
+        self._advance(last, code)
+
+    def _prefetch_after(self, next_offset: int | None) -> bool:
+        """Send the next Fetch ahead when this one returned batches (``next_offset``, the
+        offset after its last) and the range goes on; False when it returned none."""
+        if next_offset is None:
+            return False
+        next_position = max(self.position, next_offset)
+        if next_position < self.until:
+            self.fetcher.prefetch(next_position)
+        return True
 
     def _out_of_range(self) -> bool:
         """OFFSET_OUT_OF_RANGE: records gone below the log's start are data loss (the read
@@ -315,37 +338,76 @@ class _DirectRead:
     def _decode(self, result: Any, blob: Any, batches: list[Any]) -> Iterator[pa.RecordBatch]:
         """Decode the batches' records in the range into the columns (aborted transactions
         skipped under read_committed), yielding each full Arrow batch."""
-        from spark_connector.records.decoder import AbortedFilter, records_section
+        from spark_connector.records.decoder import AbortedFilter
 
         kept = AbortedFilter(result.aborted if self.read_committed else None)
-        cols = self.cols
         for b in batches:
             if b.next_offset <= self.position:
                 continue
             if b.base_offset >= self.until:
                 break
-            if kept.skip(blob, b):
-                continue
-            cols.add(
-                records_section(blob, b),
-                b.record_count,
-                b.base_offset,
-                b.base_timestamp,
-                b.max_timestamp,
-                b.log_append_time,
-                self.position,
-                self.until,
-            )
-            if cols.rows >= ARROW_BATCH_ROWS or cols.data_bytes >= ARROW_BATCH_BYTES:
+            if self._add(blob, b, kept):
                 yield self._take()
 
-    def _advance(self, batches: list[Any], code: int) -> None:
-        """Move past the fetched batches; with none, check for a stall and back off after
-        an error."""
+    def _decode_run(self, blob: Any) -> Iterator[pa.RecordBatch]:
+        """Decode a response without aborted transactions: the builder's ``add_batches``
+        decodes the uncompressed batches in one call (natively: no Python per batch); a
+        compressed batch it hands back is decompressed and added here."""
+        from spark_connector.records.decoder import (
+            RUN_FULL,
+            RUN_PYTHON,
+            AbortedFilter,
+            iter_batches,
+        )
+
+        plain = AbortedFilter(None)
+        pos = 0
+        while True:
+            pos, status = self.cols.add_batches(
+                blob, pos, self.position, self.until, ARROW_BATCH_ROWS, ARROW_BATCH_BYTES
+            )
+            if status == RUN_FULL:
+                yield self._take()
+                continue
+            if status != RUN_PYTHON:
+                return
+            b = next(iter_batches(blob, pos), None)  # raises for a header that is not v2
+            if b is None:
+                return
+            if b.next_offset > self.position:
+                if b.base_offset >= self.until:
+                    return
+                if self._add(blob, b, plain):
+                    yield self._take()
+            pos = b.end
+
+    def _add(self, blob: Any, b: Any, kept: Any) -> bool:
+        """Decode batch ``b`` of ``blob`` into the columns unless ``kept`` skips it; True
+        when the columns are full (take them)."""
+        from spark_connector.records.decoder import records_section
+
+        if kept.skip(blob, b):
+            return False
+        cols = self.cols
+        cols.add(
+            records_section(blob, b),
+            b.record_count,
+            b.base_offset,
+            b.base_timestamp,
+            b.max_timestamp,
+            b.log_append_time,
+            self.position,
+            self.until,
+        )
+        return bool(cols.rows >= ARROW_BATCH_ROWS or cols.data_bytes >= ARROW_BATCH_BYTES)
+
+    def _advance(self, next_offset: int | None, code: int) -> None:
+        """Move past the fetched batches (``next_offset``: the offset after the last, None
+        without one); with none, check for a stall and back off after an error."""
         from spark_connector.kafka import fetcher as f
 
-        if batches and batches[-1].next_offset > self.position:
-            self.position = batches[-1].next_offset
+        if next_offset is not None and next_offset > self.position:
+            self.position = next_offset
             self.c.progressed()
             self.backoff = 0.05
             return

@@ -5,8 +5,14 @@
  * base_offset, base_timestamp, max_timestamp, log_append_time, from_offset, until_offset)
  * decodes `count` records from an uncompressed records section into growable malloc'd
  * buffers already in Arrow's little-endian layout, keeping the records whose offset is in
- * [from_offset, until_offset); take() copies them out as bytes (byte-identical to PyColumns)
- * and empties the builder, keeping the buffers' memory for the next rows.
+ * [from_offset, until_offset); take() hands them over, without a copy, as read-only
+ * memoryviews (equal byte for byte to PyColumns' bytes; an empty one is b"") and empties the
+ * builder, whose next rows grow new buffers from the same capacities.
+ *
+ * add_batches(blob, start, from_offset, until_offset, max_rows, max_bytes) runs that loop
+ * over a whole Fetch response's uncompressed batches in one call (the twin of
+ * decoder.add_batches_reference), and scan_batches(blob) counts its complete batches (the
+ * twin of decoder.scan_batches_reference), so a reading task spends no Python per batch.
  *
  * Every read is bounds-checked against the record's own length; malformed input raises the
  * error class record_batches hands over with _set_error_class (CorruptRecords; ValueError
@@ -35,11 +41,12 @@ typedef struct {
     char *data;
     size_t len; /* bytes in use (bitmaps: unused, their size follows the entry count) */
     size_t cap;
+    size_t hint; /* the capacity handed over with the last take(): where growth starts again */
 } Buf;
 
 static int buf_grow(Buf *b, size_t need)
 {
-    size_t cap = b->cap ? b->cap : 256;
+    size_t cap = b->cap ? b->cap : (b->hint ? b->hint : 256);
     char *p;
     while (cap < need) {
         if (cap > SIZE_MAX / 2)
@@ -402,6 +409,115 @@ static int decode(Columns *c, const unsigned char *data, size_t size, const AddA
     return OK;
 }
 
+/* ---- a Fetch response's batches (no GIL) ------------------------------------------------ */
+
+enum { RUN_DONE = 0, RUN_FULL = 1, RUN_PYTHON = 2, RUN_UNTIL = 3 };
+
+static inline uint32_t be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static inline uint64_t be64(const unsigned char *p)
+{
+    return ((uint64_t)be32(p) << 32) | be32(p + 4);
+}
+
+typedef struct {
+    int64_t from_offset, until_offset, max_bytes;
+    size_t max_rows;
+} RunArgs;
+
+/* Batch header fields (v2): base offset @0, length @8, magic @16, attributes @21, last
+ * offset delta @23, base timestamp @27, max timestamp @35, record count @57, records @61. */
+#define BATCH_HEADER 61
+#define BATCH_OVERHEAD 12
+
+/* Decode the uncompressed batches of `blob` from byte *pos on (see add_batches' doc). Each
+ * batch decodes whole or not at all; on an error *pos is the failing batch's start and
+ * *section_at the error's byte within its records section. */
+static int decode_run(Columns *c, const unsigned char *blob, size_t n, const RunArgs *r,
+                      size_t *pos, int *status, Cursor *cur, Py_ssize_t *section_at)
+{
+    size_t p = *pos;
+    size_t saved_lens[N_BUFS];
+    int i;
+
+    *status = RUN_DONE;
+    while (n - p >= BATCH_OVERHEAD + 5) {
+        const unsigned char *b = blob + p;
+        uint32_t length = be32(b + 8);
+        int64_t base = (int64_t)be64(b), next;
+        int32_t last_delta;
+        unsigned attributes;
+        size_t end, added = 0, saved_rows, saved_headers;
+        int64_t saved_data_bytes;
+        AddArgs a;
+        int rc;
+
+        if (b[16] != 2 || length < BATCH_HEADER - BATCH_OVERHEAD || length > (uint32_t)INT32_MAX) {
+            *status = RUN_PYTHON; /* the reference path raises the right error */
+            break;
+        }
+        end = p + BATCH_OVERHEAD + (size_t)length;
+        if (end > n)
+            break; /* a trailing partial batch */
+        attributes = ((unsigned)b[21] << 8) | b[22];
+        last_delta = (int32_t)be32(b + 23);
+        if (__builtin_add_overflow(base, (int64_t)last_delta, &next) ||
+            __builtin_add_overflow(next, (int64_t)1, &next)) {
+            *status = RUN_PYTHON;
+            break;
+        }
+        if (next <= r->from_offset) {
+            p = end;
+            continue;
+        }
+        if (base >= r->until_offset) {
+            *status = RUN_UNTIL;
+            break;
+        }
+        if (attributes & 32) { /* a control batch: never a row */
+            p = end;
+            continue;
+        }
+        if (attributes & 7) { /* compressed: decompressed by the caller */
+            *status = RUN_PYTHON;
+            break;
+        }
+        a.count = (Py_ssize_t)(int32_t)be32(b + 57);
+        a.base_offset = base;
+        a.base_timestamp = (int64_t)be64(b + 27);
+        a.max_timestamp = (int64_t)be64(b + 35);
+        a.log_append_time = (attributes & 8) != 0;
+        a.from_offset = r->from_offset;
+        a.until_offset = r->until_offset;
+        for (i = 0; i < N_BUFS; i++)
+            saved_lens[i] = bufs(c, i)->len;
+        saved_rows = c->rows;
+        saved_headers = c->headers;
+        saved_data_bytes = c->data_bytes;
+        rc = decode(c, b + BATCH_HEADER, end - p - BATCH_HEADER, &a, &added, cur);
+        if (rc != OK) {
+            *section_at = cur->p ? (Py_ssize_t)(cur->p - (b + BATCH_HEADER)) : 0;
+            for (i = 0; i < N_BUFS; i++)
+                bufs(c, i)->len = saved_lens[i];
+            c->rows = saved_rows;
+            c->headers = saved_headers;
+            c->data_bytes = saved_data_bytes;
+            *pos = p;
+            return rc;
+        }
+        p = end;
+        if (c->rows >= r->max_rows || c->data_bytes >= r->max_bytes) {
+            *status = RUN_FULL;
+            break;
+        }
+    }
+    *pos = p;
+    return OK;
+}
+
 /* ---- the Python type -------------------------------------------------------------------- */
 
 static int Columns_init(PyObject *op, PyObject *args, PyObject *kwds)
@@ -501,33 +617,123 @@ static PyObject *Columns_add(PyObject *op, PyObject *args)
     return PyLong_FromSize_t(added);
 }
 
-static PyObject *bytes_of(Buf *b, size_t n)
+static PyObject *Columns_add_batches(PyObject *op, PyObject *args)
 {
-    return PyBytes_FromStringAndSize(n ? b->data : NULL, (Py_ssize_t)n);
+    Columns *self = (Columns *)op;
+    Py_buffer blob;
+    Py_ssize_t start, max_rows, section_at = 0;
+    RunArgs r;
+    Cursor cur = {NULL, NULL};
+    size_t pos;
+    int status = RUN_DONE, rc;
+
+    if (!PyArg_ParseTuple(args, "y*nLLnL:add_batches", &blob, &start, &r.from_offset,
+                          &r.until_offset, &max_rows, &r.max_bytes))
+        return NULL;
+    if (check_usable(self) < 0) {
+        PyBuffer_Release(&blob);
+        return NULL;
+    }
+    if (start < 0 || start > blob.len || max_rows < 1) {
+        PyBuffer_Release(&blob);
+        PyErr_SetString(PyExc_ValueError, "add_batches: start outside the blob or max_rows < 1");
+        return NULL;
+    }
+    r.max_rows = (size_t)max_rows;
+    pos = (size_t)start;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = decode_run(self, (const unsigned char *)blob.buf, (size_t)blob.len, &r, &pos, &status,
+                    &cur, &section_at);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    PyBuffer_Release(&blob);
+    if (rc != OK) {
+        if (rc == E_CORRUPT)
+            PyErr_Format(corrupt_error, "%s (at byte %zd of the records section)", cur.msg,
+                         section_at);
+        else if (rc == E_OVERFLOW)
+            PyErr_SetString(PyExc_OverflowError, "a column passed 2**31-1 bytes: take() sooner");
+        else
+            PyErr_NoMemory();
+        return NULL;
+    }
+    return Py_BuildValue("(ni)", (Py_ssize_t)pos, status);
 }
 
-/* a validity bitmap of `bits` entries, the unused bits of its last byte zeroed (built from
- * NULL so that it is never one of CPython's shared one-byte bytes objects, as writing into
- * that would change every b"\xNN" in the process) */
+/* ---- take(): the buffers handed over, not copied --------------------------------------- */
+
+/* A read-only buffer owning memory a Columns builder filled (freed with it): take() hands
+ * its buffers over as memoryviews of Chunks, so pyarrow wraps them without a copy. */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t len;
+} Chunk;
+
+static PyObject *chunk_type = NULL; /* strong reference, set at module init */
+
+static int Chunk_getbuffer(PyObject *op, Py_buffer *view, int flags)
+{
+    Chunk *self = (Chunk *)op;
+    return PyBuffer_FillInfo(view, op, self->data, self->len, 1, flags);
+}
+
+static void Chunk_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    free(((Chunk *)op)->data);
+    tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot Chunk_slots[] = {
+    {Py_tp_doc, "Memory a Columns builder filled, handed over by take() (read-only buffer)."},
+    {Py_tp_dealloc, Chunk_dealloc},
+    {Py_bf_getbuffer, Chunk_getbuffer},
+    {0, NULL},
+};
+
+static PyType_Spec Chunk_spec = {
+    "spark_connector.records._native_records.Chunk",
+    sizeof(Chunk),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    Chunk_slots,
+};
+
+/* The first `n` bytes of `b` as a memoryview, the memory handed over (the builder's next
+ * rows grow a new buffer from the same capacity); b"" when empty. */
+static PyObject *bytes_of(Buf *b, size_t n)
+{
+    Chunk *chunk;
+    PyObject *view;
+    if (n == 0)
+        return PyBytes_FromStringAndSize(NULL, 0);
+    chunk = (Chunk *)PyType_GenericAlloc((PyTypeObject *)chunk_type, 0);
+    if (chunk == NULL)
+        return NULL;
+    chunk->data = b->data;
+    chunk->len = (Py_ssize_t)n;
+    b->hint = b->cap;
+    b->data = NULL;
+    b->cap = 0;
+    b->len = 0;
+    view = PyMemoryView_FromObject((PyObject *)chunk);
+    Py_DECREF(chunk);
+    return view;
+}
+
+/* a validity bitmap of `bits` entries, the unused bits of its last byte zeroed */
 static PyObject *bitmap_of(Buf *b, size_t bits)
 {
     size_t n = (bits + 7) / 8;
-    PyObject *out;
-    char *p;
-    if (n == 0)
-        return PyBytes_FromStringAndSize(NULL, 0);
-    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
-    if (out == NULL)
-        return NULL;
-    p = PyBytes_AsString(out);
-    if (p == NULL) {
-        Py_DECREF(out);
-        return NULL;
+    if (n && bits % 8) {
+        unsigned char *last = (unsigned char *)b->data + n - 1;
+        *last = (unsigned char)(*last & ((1u << (bits % 8)) - 1));
     }
-    memcpy(p, b->data, n);
-    if (bits % 8)
-        p[n - 1] = (char)((unsigned char)p[n - 1] & ((1u << (bits % 8)) - 1));
-    return out;
+    return bytes_of(b, n);
 }
 
 static PyObject *Columns_take(PyObject *op, PyObject *Py_UNUSED(ignored))
@@ -583,6 +789,9 @@ static PyObject *Columns_take(PyObject *op, PyObject *Py_UNUSED(ignored))
 fail:
     for (i = 0; i < 17; i++)
         Py_XDECREF(items[i]);
+    /* some buffers went with the freed items: the rows are gone, the builder starts over */
+    if (columns_reset(self) < 0 && !PyErr_Occurred())
+        PyErr_NoMemory();
     return NULL;
 }
 
@@ -606,6 +815,11 @@ static PyMethodDef Columns_methods[] = {
      "add(records, count, base_offset, base_timestamp, max_timestamp, log_append_time, "
      "from_offset, until_offset) -> int\n\nDecode `count` records, keeping those whose offset "
      "is in [from_offset, until_offset); returns how many were kept."},
+    {"add_batches", Columns_add_batches, METH_VARARGS,
+     "add_batches(blob, start, from_offset, until_offset, max_rows, max_bytes) -> "
+     "(pos, status)\n\nDecode a Fetch response's uncompressed batches from byte `start` "
+     "(see decoder.add_batches_reference); status 0 done, 1 full, 2 the batch at pos needs "
+     "the caller, 3 a batch at or past until_offset."},
     {"take", Columns_take, METH_NOARGS,
      "take() -> tuple\n\nThe held rows as Arrow buffers (bytes); empties the builder."},
     {NULL, NULL, 0, NULL},
@@ -659,7 +873,47 @@ static PyObject *set_error_class(PyObject *Py_UNUSED(module), PyObject *cls)
     Py_RETURN_NONE;
 }
 
+static PyObject *scan_batches(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    Py_buffer blob;
+    const unsigned char *buf;
+    size_t n, p = 0;
+    Py_ssize_t count = 0;
+    int64_t next = -1;
+
+    if (PyObject_GetBuffer(arg, &blob, PyBUF_SIMPLE) < 0)
+        return NULL;
+    buf = (const unsigned char *)blob.buf;
+    n = (size_t)blob.len;
+    while (n - p >= BATCH_OVERHEAD + 5) {
+        uint32_t length = be32(buf + p + 8);
+        int64_t base = (int64_t)be64(buf + p);
+        size_t end;
+        if (buf[p + 16] != 2 || length < BATCH_HEADER - BATCH_OVERHEAD ||
+            length > (uint32_t)INT32_MAX) {
+            count = -1;
+            break;
+        }
+        end = p + BATCH_OVERHEAD + (size_t)length;
+        if (end > n)
+            break;
+        if (__builtin_add_overflow(base, (int64_t)(int32_t)be32(buf + p + 23), &next) ||
+            __builtin_add_overflow(next, (int64_t)1, &next)) {
+            count = -1;
+            break;
+        }
+        count++;
+        p = end;
+    }
+    PyBuffer_Release(&blob);
+    return Py_BuildValue("(nL)", count, (long long)(count > 0 ? next : -1));
+}
+
 static PyMethodDef module_methods[] = {
+    {"scan_batches", scan_batches, METH_O,
+     "scan_batches(blob) -> (count, next_offset)\n\nThe complete batches of a Fetch "
+     "response's records and the offset after the last (-1 without one); count -1 when a "
+     "header is not a regular v2 one (see decoder.scan_batches_reference)."},
     {"_set_error_class", set_error_class, METH_O,
      "_set_error_class(cls)\n\nThe exception class raised for malformed records."},
     {NULL, NULL, 0, NULL},
@@ -685,6 +939,11 @@ PyMODINIT_FUNC PyInit__native_records(void)
         return NULL;
     if (corrupt_error == NULL)
         corrupt_error = Py_NewRef(PyExc_ValueError);
+    chunk_type = PyType_FromSpec(&Chunk_spec);
+    if (chunk_type == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
     tp = PyType_FromSpec(&Columns_spec);
     if (tp == NULL || PyModule_AddObjectRef(m, "Columns", tp) < 0) {
         Py_XDECREF(tp);

@@ -24,6 +24,17 @@ class Columns:
         until_offset: int,
         /,
     ) -> int: ...
+    def add_batches(
+        self,
+        blob: bytes | bytearray | memoryview,
+        start: int,
+        from_offset: int,
+        until_offset: int,
+        max_rows: int,
+        max_bytes: int,
+        /,
+    ) -> tuple[int, int]: ...
     def take(self) -> Taken: ...
 
+def scan_batches(blob: bytes | bytearray | memoryview, /) -> tuple[int, int]: ...
 def _set_error_class(cls: type[Exception], /) -> None: ...

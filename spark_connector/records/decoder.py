@@ -6,9 +6,20 @@ Theory of operation. A Fetch response's ``records`` blob is a concatenation of r
 61-byte batch headers; ``records_section`` hands back a batch's records bytes, decompressed
 (codecs 1 gzip, 2 snappy, 3 lz4, 4 zstd; bounded by ``max_bytes``); a column builder's
 ``add`` decodes those records, keeping the ones whose offset is in the task's range, into
-growable buffers already in Arrow's layout; ``take`` copies them out as ``bytes`` and
+growable buffers already in Arrow's layout; ``take`` hands them out (the native builder its
+buffers themselves, as read-only memoryviews; the Python one ``bytes``) and
 ``to_record_batch`` wraps them, without copying, as a ``pa.RecordBatch`` in Spark's Kafka
 schema. CRCs are not checked (as librdkafka's default ``check.crcs=false``).
+
+A whole response at once: a builder's ``add_batches`` walks the batches itself from a byte
+position, passing over batches below the range and control batches, decoding the
+uncompressed ones, and stopping when the builder is full, at a batch past the range, or at a
+batch it leaves to its caller (compressed, or a header only :func:`iter_batches` reports
+well); :func:`add_batches_reference` is that loop in Python, the native one runs it without
+the GIL and without Python per batch. :func:`scan_batches` counts a response's complete
+batches and the offset after them (for the pipelined next Fetch) the same way. Neither
+filters aborted transactions: a read_committed response that lists some goes batch by batch
+through :class:`AbortedFilter`.
 
 Batch layout (big-endian, offsets in bytes)::
 
@@ -146,15 +157,16 @@ class Batch:
         return self.base_offset + self.last_offset_delta + 1
 
 
-def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[Batch]:
-    """The complete batches of a Fetch response's ``records`` blob, in order.
+def iter_batches(buf: bytes | bytearray | memoryview, start: int = 0) -> Iterator[Batch]:
+    """The complete batches of a Fetch response's ``records`` blob from byte ``start`` on,
+    in order.
 
     Stops silently at a trailing partial batch (Kafka truncates a fetch's last batch).
     Raises ``UnsupportedMessageFormat`` for magic 0/1 and ``CorruptRecords`` for a batch
     length below 49.
     """
     n = len(buf)
-    pos = 0
+    pos = start
     while n - pos >= LOG_OVERHEAD:
         _, batch_length = _LENGTH.unpack_from(buf, pos)
         if n - pos < 17:
@@ -400,6 +412,90 @@ def iter_records(
         pos = stop
 
 
+RUN_DONE, RUN_FULL, RUN_PYTHON, RUN_UNTIL = 0, 1, 2, 3
+"""How :func:`add_batches_reference` (and the native ``Columns.add_batches``) stopped: no
+complete batch left; the builder reached ``max_rows`` or ``max_bytes`` (take, then go on from
+``pos``); the batch at ``pos`` is the caller's (compressed, or a header only the reference path
+reports well: not v2, a bad length); a batch at or past ``until_offset``."""
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def add_batches_reference(
+    cols: PyColumns | Columns,
+    blob: bytes | bytearray | memoryview,
+    start: int,
+    from_offset: int,
+    until_offset: int,
+    max_rows: int,
+    max_bytes: int,
+) -> tuple[int, int]:
+    """Decode a read_uncommitted (or no-aborted-transaction) Fetch response's uncompressed
+    batches from byte ``start`` into ``cols``, each batch with :meth:`PyColumns.add`
+    (records in ``[from_offset, until_offset)``): batches ending at or below ``from_offset``
+    and control batches are passed over. Returns ``(pos, status)``, a ``RUN_*`` status with
+    the byte where it stopped. The pure-Python reference of the native
+    ``Columns.add_batches``, which does the same loop in one call without the GIL."""
+    if start < 0 or start > len(blob) or max_rows < 1:
+        raise ValueError("add_batches: start outside the blob or max_rows < 1")
+    n = len(blob)
+    pos = start
+    while n - pos >= LOG_OVERHEAD + 5:
+        _, length = _LENGTH.unpack_from(blob, pos)
+        if blob[pos + 16] != 2 or length < MIN_BATCH_LENGTH:
+            return pos, RUN_PYTHON
+        end = pos + LOG_OVERHEAD + length
+        if end > n:
+            break
+        (base, _, _, _, _, attrs, last_delta, base_ts, max_ts, _, _, _, count) = (
+            _HEADER.unpack_from(blob, pos)
+        )
+        next_offset = base + last_delta + 1
+        if next_offset > _INT64_MAX:
+            return pos, RUN_PYTHON
+        if next_offset <= from_offset:
+            pos = end
+            continue
+        if base >= until_offset:
+            return pos, RUN_UNTIL
+        if attrs & 32:
+            pos = end
+            continue
+        if attrs & 7:
+            return pos, RUN_PYTHON
+        section = memoryview(blob)[pos + HEADER_SIZE : end]
+        cols.add(section, count, base, base_ts, max_ts, bool(attrs & 8), from_offset, until_offset)
+        pos = end
+        if cols.rows >= max_rows or cols.data_bytes >= max_bytes:
+            return pos, RUN_FULL
+    return pos, RUN_DONE
+
+
+def scan_batches_reference(blob: bytes | bytearray | memoryview) -> tuple[int, int]:
+    """``(count, next_offset)``: how many complete batches ``blob`` holds and the offset after
+    the last one (-1 when none); ``count`` is -1 when a header before the end is not a
+    regular v2 one (:func:`iter_batches` then says what is wrong). The reference of the
+    native ``scan_batches``."""
+    n = len(blob)
+    pos = count = 0
+    next_offset = -1
+    while n - pos >= LOG_OVERHEAD + 5:
+        _, length = _LENGTH.unpack_from(blob, pos)
+        if blob[pos + 16] != 2 or length < MIN_BATCH_LENGTH:
+            return -1, -1
+        end = pos + LOG_OVERHEAD + length
+        if end > n:
+            break
+        (base,) = struct.unpack_from(">q", blob, pos)
+        (last_delta,) = struct.unpack_from(">i", blob, pos + 23)
+        next_offset = base + last_delta + 1
+        if next_offset > _INT64_MAX:
+            return -1, -1
+        count += 1
+        pos = end
+    return count, next_offset if count else -1
+
+
 class AbortedFilter:
     """read_committed filtering of one Fetch response's batches, in offset order, as Kafka's
     Java consumer does it: the response's aborted transactions (``(producer id, first
@@ -543,6 +639,20 @@ class PyColumns:
             raise CorruptRecords(f"{end - pos} bytes after the batch's last record")
         self._apply(kept, 1 if log_append_time else 0)
         return len(kept.offsets)
+
+    def add_batches(
+        self,
+        blob: bytes | bytearray | memoryview,
+        start: int,
+        from_offset: int,
+        until_offset: int,
+        max_rows: int,
+        max_bytes: int,
+    ) -> tuple[int, int]:
+        """:func:`add_batches_reference` into this builder."""
+        return add_batches_reference(
+            self, blob, start, from_offset, until_offset, max_rows, max_bytes
+        )
 
     def _apply(self, kept: _KeptRows, ts_type: int) -> None:
         """Append the rows an ``add`` kept and take over its byte counts."""
@@ -805,6 +915,9 @@ except ImportError:
 else:
     NATIVE = True
     _native_records._set_error_class(CorruptRecords)
+
+scan_batches = _native_records.scan_batches if NATIVE else scan_batches_reference
+"""The native ``scan_batches`` when built, else :func:`scan_batches_reference`."""
 
 _warned = False
 

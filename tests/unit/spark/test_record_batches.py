@@ -556,3 +556,128 @@ def test_new_columns_falls_back_to_python_with_one_warning(
         assert isinstance(rb.new_columns(False), PyColumns)
         assert isinstance(rb.new_columns(True), PyColumns)
     assert sum("native record decoder" in r.getMessage() for r in caplog.records) == 1
+
+
+# --- a whole Fetch response in one call: add_batches and scan_batches -----------------------
+
+
+def encode_as(spec: BatchSpec, extra_attrs: int) -> bytes:
+    """``spec`` encoded with more attribute bits (32: a control batch, 16: transactional)."""
+    raw = bytearray(encode(spec))
+    attrs = struct.unpack_from(">h", raw, 21)[0] | extra_attrs
+    struct.pack_into(">h", raw, 21, attrs)
+    if extra_attrs:
+        struct.pack_into(">q", raw, 43, 7)  # a producer id, as a transactional batch has
+    return bytes(raw)
+
+
+def run_fetch(
+    cols: Any, buf: bytes, lo: int, hi: int, max_rows: int
+) -> tuple[list[Any], list[Any]]:
+    """What the reader does with a response: add_batches until done, decompressing the
+    batches it hands back; the stops and the takes."""
+    stops, takes = [], []
+    pos = 0
+    while True:
+        pos, status = cols.add_batches(buf, pos, lo, hi, max_rows, 1 << 40)
+        stops.append((pos, status))
+        if status == rb.RUN_FULL:
+            takes.append(cols.take())
+            continue
+        if status != rb.RUN_PYTHON:
+            break
+        b = next(iter_batches(buf, pos))
+        assert b.compression and b.next_offset > lo and b.base_offset < hi
+        add_batch(cols, buf, b, lo, hi)
+        pos = b.end
+        if cols.rows >= max_rows:
+            takes.append(cols.take())
+    takes.append(cols.take())
+    return stops, takes
+
+
+@pytest.mark.property
+@settings(
+    max_examples=500,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    specs=fetches(),
+    control=st.lists(st.booleans(), min_size=4, max_size=4),
+    cut=st.integers(1, 10_000),
+    lo_hi=st.tuples(st.integers(-3, 12), st.integers(-1, 40)),
+    max_rows=st.integers(1, 8),
+    with_headers=st.booleans(),
+)
+def test_add_batches_decodes_a_response_as_batch_by_batch_adds_do(
+    specs: list[BatchSpec],
+    control: list[bool],
+    cut: int,
+    lo_hi: tuple[int, int],
+    max_rows: int,
+    with_headers: bool,
+) -> None:
+    encoded = [encode_as(s, 32 | 16 if c else 0) for s, c in zip(specs, control, strict=False)]
+    buf = b"".join(encoded) + encoded[0][: cut % len(encoded[0])]
+    first = specs[0].base_offset
+    lo, hi = first + lo_hi[0], first + lo_hi[0] + lo_hi[1]
+    batches = list(iter_batches(buf))
+
+    assert rb.scan_batches_reference(buf) == (len(batches), batches[-1].next_offset)
+    if rb.NATIVE:
+        assert rb.scan_batches(buf) == rb.scan_batches_reference(buf)
+
+    # the batch-by-batch path the reader takes for read_committed with aborted transactions
+    one_by_one = PyColumns(with_headers)
+    for b in batches:
+        if b.next_offset > lo and b.base_offset < hi and not b.control:
+            add_batch(one_by_one, buf, b, lo, hi)
+    expected = one_by_one.take()
+
+    runs = [run_fetch(cols, buf, lo, hi, max_rows) for cols in builders(with_headers)]
+    assert all(r == runs[0] for r in runs)  # the native loop stops where the reference does
+    stops, takes = runs[0]
+    assert all(t[0] >= max_rows for t in takes[:-1])
+    assert sum(t[0] for t in takes) == expected[0]
+    schema = SCHEMA_HEADERS if with_headers else SCHEMA
+    rows = [r for t in takes for r in to_record_batch(t, schema, "t", 0).to_pylist()]
+    assert rows == to_record_batch(expected, schema, "t", 0).to_pylist()
+    event(f"stops: {sorted({s for _, s in stops})}")
+
+
+def test_add_batches_stops_at_the_range_end_and_hands_back_what_it_cannot_read() -> None:
+    a = encode(
+        BatchSpec(10, 0, 0, False, 0, 0, (Rec(0, 0, None, b"a", ()), Rec(1, 0, None, b"b", ())))
+    )
+    z = encode(BatchSpec(12, 0, 0, False, 4, 0, (Rec(0, 0, None, b"c", ()),)))
+    old = bytearray(encode(BatchSpec(13, 0, 0, False, 0, 0, (Rec(0, 0, None, b"d", ()),))))
+    old[16] = 1  # message format v1
+    for cols in builders(False):
+        assert cols.add_batches(a + z, 0, 0, 12, 100, 1 << 30) == (len(a), rb.RUN_UNTIL)
+        assert cols.rows == 2
+        assert cols.add_batches(a + z, len(a), 0, 100, 100, 1 << 30) == (len(a), rb.RUN_PYTHON)
+        assert cols.add_batches(a + bytes(old), 0, 11, 100, 100, 1 << 30) == (len(a), rb.RUN_PYTHON)
+        assert cols.rows == 3  # offset 11 of the first batch again
+        assert cols.add_batches(a, 0, 0, 100, 1, 1 << 30) == (len(a), rb.RUN_FULL)
+        assert cols.add_batches(a, 0, 0, 100, 100, 1) == (len(a), rb.RUN_FULL)  # max_bytes
+        assert cols.add_batches(a[:-1], 0, 0, 100, 100, 1 << 30) == (0, rb.RUN_DONE)
+        with pytest.raises(ValueError, match="start outside"):
+            cols.add_batches(a, len(a) + 1, 0, 100, 100, 1 << 30)
+    for scan in {rb.scan_batches, rb.scan_batches_reference}:
+        assert scan(a + z) == (2, 13)
+        assert scan(a + bytes(old)) == (-1, -1)
+        assert scan(a[:-1]) == (0, -1)
+        assert scan(b"") == (0, -1)
+
+
+def test_a_corrupt_batch_in_add_batches_raises_and_keeps_the_batches_before_it() -> None:
+    good = encode(BatchSpec(0, 0, 0, False, 0, 0, (Rec(0, 0, b"k", b"v", ()),)))
+    bad = bytearray(encode(BatchSpec(1, 0, 0, False, 0, 0, (Rec(0, 0, b"k", b"v", ()),))))
+    bad[61] = 0x7F  # the record's length runs past the batch
+    for cols in builders(False):
+        with pytest.raises(CorruptRecords):
+            cols.add_batches(good + bytes(bad), 0, 0, 100, 100, 1 << 30)
+        assert cols.rows == 1  # the good batch stays, the bad one left nothing
