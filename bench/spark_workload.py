@@ -167,7 +167,7 @@ def write_exactly_once(spark: Any, bootstrap: str, topic: str, n: int) -> float:
     )
 
 
-class _ArrowSourceReader(DataSourceReader):
+class InMemoryArrowReader(DataSourceReader):
     """Yields ``rows`` rows in ``format("millrace")``'s schema, the same 10,000-row Arrow
     batch (100-byte values) again and again, split over two tasks: what Spark ingests from a
     Python data source when fetching and decoding cost nothing."""
@@ -206,7 +206,7 @@ class _ArrowSourceReader(DataSourceReader):
             yield batch.slice(0, share)
 
 
-class _ArrowSource(DataSource):
+class InMemoryArrowSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return "millrace-bench-arrow"
@@ -217,13 +217,13 @@ class _ArrowSource(DataSource):
         return KAFKA_SCHEMA_DDL
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return _ArrowSourceReader(schema, int(self.options["rows"]))
+        return InMemoryArrowReader(schema, int(self.options["rows"]))
 
 
 def ceiling(spark: Any, n: int) -> float:
     """Seconds for ``count()`` of ``n`` rows from an in-memory Arrow Python data source: the
     ceiling of any Python connector's read on this machine (no broker, no decoding)."""
-    spark.dataSource.register(_ArrowSource)
+    spark.dataSource.register(InMemoryArrowSource)
     got: list[int] = []
     seconds = _timed(
         "in-memory Arrow source count",
