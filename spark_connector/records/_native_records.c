@@ -433,6 +433,32 @@ typedef struct {
 #define BATCH_HEADER 61
 #define BATCH_OVERHEAD 12
 
+enum { FRAME_OK = 0, FRAME_PARTIAL = 1, FRAME_IRREGULAR = 2 };
+
+/* The batch at byte p of blob[0:n]: FRAME_OK with *end (its end) and *next (the offset after
+ * it); FRAME_PARTIAL when the blob ends inside it (a Fetch's truncated last batch) or before
+ * its magic byte; FRAME_IRREGULAR for a header the Python reference path must report (not
+ * magic 2, a length below 49) or offsets past int64. decoder.iter_batches' framing. */
+static int frame_batch(const unsigned char *blob, size_t n, size_t p, size_t *end,
+                       int64_t *next)
+{
+    const unsigned char *b = blob + p;
+    uint32_t length;
+    int64_t last;
+    if (n - p < BATCH_OVERHEAD + 5)
+        return FRAME_PARTIAL;
+    length = be32(b + 8);
+    if (b[16] != 2 || length < BATCH_HEADER - BATCH_OVERHEAD || length > (uint32_t)INT32_MAX)
+        return FRAME_IRREGULAR;
+    *end = p + BATCH_OVERHEAD + (size_t)length;
+    if (*end > n)
+        return FRAME_PARTIAL;
+    if (__builtin_add_overflow((int64_t)be64(b), (int64_t)(int32_t)be32(b + 23), &last) ||
+        __builtin_add_overflow(last, (int64_t)1, next))
+        return FRAME_IRREGULAR;
+    return FRAME_OK;
+}
+
 /* Decode the uncompressed batches of `blob` from byte *pos on (see add_batches' doc). Each
  * batch decodes whole or not at all; on an error *pos is the failing batch's start and
  * *section_at the error's byte within its records section. */
@@ -444,31 +470,23 @@ static int decode_run(Columns *c, const unsigned char *blob, size_t n, const Run
     int i;
 
     *status = RUN_DONE;
-    while (n - p >= BATCH_OVERHEAD + 5) {
+    for (;;) {
         const unsigned char *b = blob + p;
-        uint32_t length = be32(b + 8);
-        int64_t base = (int64_t)be64(b), next;
-        int32_t last_delta;
+        int64_t base, next;
         unsigned attributes;
         size_t end, added = 0, saved_rows, saved_headers;
         int64_t saved_data_bytes;
         AddArgs a;
-        int rc;
+        int rc, framed = frame_batch(blob, n, p, &end, &next);
 
-        if (b[16] != 2 || length < BATCH_HEADER - BATCH_OVERHEAD || length > (uint32_t)INT32_MAX) {
+        if (framed == FRAME_PARTIAL)
+            break;
+        if (framed == FRAME_IRREGULAR) {
             *status = RUN_PYTHON; /* the reference path raises the right error */
             break;
         }
-        end = p + BATCH_OVERHEAD + (size_t)length;
-        if (end > n)
-            break; /* a trailing partial batch */
+        base = (int64_t)be64(b);
         attributes = ((unsigned)b[21] << 8) | b[22];
-        last_delta = (int32_t)be32(b + 23);
-        if (__builtin_add_overflow(base, (int64_t)last_delta, &next) ||
-            __builtin_add_overflow(next, (int64_t)1, &next)) {
-            *status = RUN_PYTHON;
-            break;
-        }
         if (next <= r->from_offset) {
             p = end;
             continue;
@@ -879,34 +897,23 @@ static PyObject *scan_batches(PyObject *Py_UNUSED(module), PyObject *arg)
     const unsigned char *buf;
     size_t n, p = 0;
     Py_ssize_t count = 0;
-    int64_t next = -1;
+    int64_t next, last = -1;
+    size_t end;
+    int framed;
 
     if (PyObject_GetBuffer(arg, &blob, PyBUF_SIMPLE) < 0)
         return NULL;
     buf = (const unsigned char *)blob.buf;
     n = (size_t)blob.len;
-    while (n - p >= BATCH_OVERHEAD + 5) {
-        uint32_t length = be32(buf + p + 8);
-        int64_t base = (int64_t)be64(buf + p);
-        size_t end;
-        if (buf[p + 16] != 2 || length < BATCH_HEADER - BATCH_OVERHEAD ||
-            length > (uint32_t)INT32_MAX) {
-            count = -1;
-            break;
-        }
-        end = p + BATCH_OVERHEAD + (size_t)length;
-        if (end > n)
-            break;
-        if (__builtin_add_overflow(base, (int64_t)(int32_t)be32(buf + p + 23), &next) ||
-            __builtin_add_overflow(next, (int64_t)1, &next)) {
-            count = -1;
-            break;
-        }
+    while ((framed = frame_batch(buf, n, p, &end, &next)) == FRAME_OK) {
         count++;
+        last = next;
         p = end;
     }
     PyBuffer_Release(&blob);
-    return Py_BuildValue("(nL)", count, (long long)(count > 0 ? next : -1));
+    if (framed == FRAME_IRREGULAR)
+        return Py_BuildValue("(nL)", (Py_ssize_t)-1, (long long)-1);
+    return Py_BuildValue("(nL)", count, (long long)last);
 }
 
 static PyMethodDef module_methods[] = {

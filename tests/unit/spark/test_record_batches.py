@@ -666,7 +666,12 @@ def test_add_batches_stops_at_the_range_end_and_hands_back_what_it_cannot_read()
         assert cols.add_batches(a[:-1], 0, 0, 100, 100, 1 << 30) == (0, rb.RUN_DONE)
         with pytest.raises(ValueError, match="start outside"):
             cols.add_batches(a, len(a) + 1, 0, 100, 100, 1 << 30)
+    top = bytearray(a)
+    struct.pack_into(">q", top, 0, (1 << 63) - 2)  # its offset after the last passes int64
+    for cols in builders(False):
+        assert cols.add_batches(a + bytes(top), 0, 0, 100, 100, 1 << 30)[1] == rb.RUN_PYTHON
     for scan in {rb.scan_batches, rb.scan_batches_reference}:
+        assert scan(a + bytes(top)) == (-1, -1)
         assert scan(a + z) == (2, 13)
         assert scan(a + bytes(old)) == (-1, -1)
         assert scan(a[:-1]) == (0, -1)
