@@ -409,6 +409,28 @@ static int decode(Columns *c, const unsigned char *data, size_t size, const AddA
     return OK;
 }
 
+/* decode() all or nothing: on an error the builder is left as it was before the call. */
+static int decode_whole(Columns *c, const unsigned char *data, size_t size, const AddArgs *a,
+                        size_t *added, Cursor *cur)
+{
+    size_t saved_lens[N_BUFS];
+    size_t saved_rows = c->rows, saved_headers = c->headers;
+    int64_t saved_data_bytes = c->data_bytes;
+    int i, rc;
+
+    for (i = 0; i < N_BUFS; i++)
+        saved_lens[i] = bufs(c, i)->len;
+    rc = decode(c, data, size, a, added, cur);
+    if (rc != OK) {
+        for (i = 0; i < N_BUFS; i++)
+            bufs(c, i)->len = saved_lens[i];
+        c->rows = saved_rows;
+        c->headers = saved_headers;
+        c->data_bytes = saved_data_bytes;
+    }
+    return rc;
+}
+
 /* ---- a Fetch response's batches (no GIL) ------------------------------------------------ */
 
 enum { RUN_DONE = 0, RUN_FULL = 1, RUN_PYTHON = 2, RUN_UNTIL = 3 };
@@ -466,16 +488,13 @@ static int decode_run(Columns *c, const unsigned char *blob, size_t n, const Run
                       size_t *pos, int *status, Cursor *cur, Py_ssize_t *section_at)
 {
     size_t p = *pos;
-    size_t saved_lens[N_BUFS];
-    int i;
 
     *status = RUN_DONE;
     for (;;) {
         const unsigned char *b = blob + p;
         int64_t base, next;
         unsigned attributes;
-        size_t end, added = 0, saved_rows, saved_headers;
-        int64_t saved_data_bytes;
+        size_t end, added = 0;
         AddArgs a;
         int rc, framed = frame_batch(blob, n, p, &end, &next);
 
@@ -510,19 +529,9 @@ static int decode_run(Columns *c, const unsigned char *blob, size_t n, const Run
         a.log_append_time = (attributes & 8) != 0;
         a.from_offset = r->from_offset;
         a.until_offset = r->until_offset;
-        for (i = 0; i < N_BUFS; i++)
-            saved_lens[i] = bufs(c, i)->len;
-        saved_rows = c->rows;
-        saved_headers = c->headers;
-        saved_data_bytes = c->data_bytes;
-        rc = decode(c, b + BATCH_HEADER, end - p - BATCH_HEADER, &a, &added, cur);
+        rc = decode_whole(c, b + BATCH_HEADER, end - p - BATCH_HEADER, &a, &added, cur);
         if (rc != OK) {
             *section_at = cur->p ? (Py_ssize_t)(cur->p - (b + BATCH_HEADER)) : 0;
-            for (i = 0; i < N_BUFS; i++)
-                bufs(c, i)->len = saved_lens[i];
-            c->rows = saved_rows;
-            c->headers = saved_headers;
-            c->data_bytes = saved_data_bytes;
             *pos = p;
             return rc;
         }
@@ -583,6 +592,18 @@ static int check_usable(Columns *self)
     return 0;
 }
 
+/* The exception for a failed decode (rc), `at` the byte of the records section; NULL. */
+static PyObject *decode_error(int rc, const Cursor *cur, Py_ssize_t at)
+{
+    if (rc == E_CORRUPT)
+        PyErr_Format(corrupt_error, "%s (at byte %zd of the records section)", cur->msg, at);
+    else if (rc == E_OVERFLOW)
+        PyErr_SetString(PyExc_OverflowError, "a column passed 2**31-1 bytes: take() sooner");
+    else
+        PyErr_NoMemory();
+    return NULL;
+}
+
 static PyObject *Columns_add(PyObject *op, PyObject *args)
 {
     Columns *self = (Columns *)op;
@@ -590,10 +611,7 @@ static PyObject *Columns_add(PyObject *op, PyObject *args)
     AddArgs a;
     Cursor cur = {NULL, NULL};
     size_t added = 0;
-    size_t saved_lens[N_BUFS];
-    size_t saved_rows, saved_headers;
-    int64_t saved_data_bytes;
-    int rc, i;
+    int rc;
 
     if (!PyArg_ParseTuple(args, "y*nLLLpLL:add", &records, &a.count, &a.base_offset,
                           &a.base_timestamp, &a.max_timestamp, &a.log_append_time,
@@ -603,33 +621,17 @@ static PyObject *Columns_add(PyObject *op, PyObject *args)
         PyBuffer_Release(&records);
         return NULL;
     }
-    for (i = 0; i < N_BUFS; i++)
-        saved_lens[i] = bufs(self, i)->len;
-    saved_rows = self->rows;
-    saved_headers = self->headers;
-    saved_data_bytes = self->data_bytes;
-
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
-    rc = decode(self, (const unsigned char *)records.buf, (size_t)records.len, &a, &added, &cur);
+    rc = decode_whole(self, (const unsigned char *)records.buf, (size_t)records.len, &a, &added,
+                      &cur);
     Py_END_ALLOW_THREADS
     self->busy = 0;
 
     if (rc != OK) {
         Py_ssize_t at = cur.p ? (Py_ssize_t)(cur.p - (const unsigned char *)records.buf) : 0;
-        for (i = 0; i < N_BUFS; i++)
-            bufs(self, i)->len = saved_lens[i];
-        self->rows = saved_rows;
-        self->headers = saved_headers;
-        self->data_bytes = saved_data_bytes;
-        if (rc == E_CORRUPT)
-            PyErr_Format(corrupt_error, "%s (at byte %zd of the records section)", cur.msg, at);
-        else if (rc == E_OVERFLOW)
-            PyErr_SetString(PyExc_OverflowError, "a column passed 2**31-1 bytes: take() sooner");
-        else
-            PyErr_NoMemory();
         PyBuffer_Release(&records);
-        return NULL;
+        return decode_error(rc, &cur, at);
     }
     PyBuffer_Release(&records);
     return PyLong_FromSize_t(added);
@@ -666,16 +668,8 @@ static PyObject *Columns_add_batches(PyObject *op, PyObject *args)
     Py_END_ALLOW_THREADS
     self->busy = 0;
     PyBuffer_Release(&blob);
-    if (rc != OK) {
-        if (rc == E_CORRUPT)
-            PyErr_Format(corrupt_error, "%s (at byte %zd of the records section)", cur.msg,
-                         section_at);
-        else if (rc == E_OVERFLOW)
-            PyErr_SetString(PyExc_OverflowError, "a column passed 2**31-1 bytes: take() sooner");
-        else
-            PyErr_NoMemory();
-        return NULL;
-    }
+    if (rc != OK)
+        return decode_error(rc, &cur, section_at);
     return Py_BuildValue("(ni)", (Py_ssize_t)pos, status);
 }
 
