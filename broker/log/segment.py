@@ -15,7 +15,10 @@ entry. ``append`` writes a run of batches with one ``pwrite`` and does constant 
 (index bookkeeping), never per record. Reads scan batch headers forward from an index entry
 with :func:`~broker.log.file_records.iter_headers`, which reads headers in windows so that
 small batches cost few system calls, and hand out whole batches as a
-:class:`~broker.log.file_records.FetchSlice`.
+:class:`~broker.log.file_records.FetchSlice`. The last append, when it is small (at most
+``TAIL_BYTES``: a low-latency producer's batch), stays in memory until the next append or
+truncation; a read that starts inside it (a consumer or follower waiting at the log's end)
+is answered from it with no scan and no system call.
 
 ``recover`` re-reads the ``.log`` batch by batch (framing, magic, CRC-32C, offsets that only
 go up), rebuilds both indexes exactly as appends would have built them, and truncates the file
@@ -44,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -90,6 +94,12 @@ CLEANED_SUFFIX = ".cleaned"  # a cleaner's output, not part of the log (removed 
 SWAP_SUFFIX = ".swap"  # a cleaner's output being swapped in (the loader completes the swap)
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
 INT32_MAX = 2**31 - 1
+
+TAIL_BYTES = 4096
+"""An append of at most this many bytes is kept in memory as the segment's tail (see the
+module docstring): one per partition at most, the bytes a waiting fetch is about to read."""
+
+_BASE_OFFSET = struct.Struct(">q")
 
 _RECOVER_WINDOW = 1024 * 1024
 """Recovery reads the ``.log`` in windows of this size into one reused buffer (grown only for
@@ -210,6 +220,7 @@ class LogSegment:
         self.active = False
         self.closed = False
         self._rolling_based_timestamp: int | None = None
+        self._tail: _Tail | None = None
         self._writes = 0  # bumped by every change; flush() records what it made durable
         self._synced = 0
 
@@ -363,6 +374,7 @@ class LogSegment:
         cache).
         """
         self._reset_for_recovery(max_index_size)
+        self._tail = None
         file_size = os.fstat(self._fd).st_size
         expected = max(min_offset, self.base_offset)
         pos = 0
@@ -527,6 +539,7 @@ class LogSegment:
         written = 0
         while written < len(view):
             written += os.pwrite(self._fd, view[written:], pos + written)
+        self._tail = _Tail(pos, bytes(view), batches) if 0 < len(view) <= TAIL_BYTES else None
         if self.size == 0 and batches:
             self._rolling_based_timestamp = batches[0][1]
         max_ts = self.max_timestamp
@@ -574,6 +587,9 @@ class LogSegment:
         if this segment holds nothing at or after ``offset`` (try the next segment)."""
         if offset >= self.next_offset:
             return None, False
+        tail = self._tail
+        if tail is not None and offset >= tail.base_offset:
+            return tail.read(self._file, offset, max_bytes, max_offset, min_one_batch), True
         start = self.offset_index.lookup(offset)[1]
         window: list[tuple[int, bytes]] = []
         headers = iter_headers(self._fd, start, self.size, window)
@@ -664,6 +680,7 @@ class LogSegment:
         if header is None:
             return 0
         removed = self.size - header.position
+        self._tail = None
         os.ftruncate(self._fd, header.position)
         self.size = header.position
         if self.size == 0:
@@ -723,6 +740,7 @@ class LogSegment:
         """Final time-index entry and trim (if active), fsync, then close every file."""
         if self.closed:
             return
+        self._tail = None
         self.on_become_inactive()
         self.flush()
         self.txn_index.close()
@@ -731,6 +749,7 @@ class LogSegment:
 
     def close_handles(self) -> None:
         """Close every file without writing anything (abandoning the segment)."""
+        self._tail = None
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()
@@ -775,3 +794,47 @@ class LogSegment:
             f"LogSegment(base={self.base_offset}, size={self.size}, "
             f"next={self.next_offset}, active={self.active})"
         )
+
+
+class _Tail:
+    """A segment's last append, kept in memory when small (``TAIL_BYTES``): its file
+    ``position``, its ``data`` (whole batches, exactly the bytes written there) and, per
+    batch, its base and last offsets and its size. Valid until the segment's next append or
+    truncation, which replace or drop it: until then it is the end of the ``.log``.
+
+    Concurrency: event-loop thread only (as the segment)."""
+
+    __slots__ = ("base_offset", "data", "offsets", "position")
+
+    def __init__(self, position: int, data: bytes, batches: list[tuple[int, int, int]]) -> None:
+        self.position = position
+        self.data = data
+        offsets: list[tuple[int, int, int]] = []
+        at = 0
+        for last_offset, _max_ts, size in batches:
+            offsets.append((_BASE_OFFSET.unpack_from(data, at)[0], last_offset, size))
+            at += size
+        self.offsets = offsets
+        self.base_offset = offsets[0][0] if offsets else 1 << 63
+
+    def read(
+        self, file: BinaryIO, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
+    ) -> FetchSlice | None:
+        """:meth:`LogSegment.read` for an ``offset`` at or after the tail's first batch (and
+        below the segment's next offset): the same batches, from memory."""
+        at = 0
+        offsets = self.offsets
+        i = 0
+        while offsets[i][1] < offset:  # the batch holding offset (the log's end bounds i)
+            at += offsets[i][2]
+            i += 1
+        base, last_offset, total = offsets[i]
+        if base >= max_offset or (total > max_bytes and not min_one_batch):
+            return None
+        for base, last, size in offsets[i + 1 :]:
+            if base >= max_offset or total + size > max_bytes:
+                break
+            total += size
+            last_offset = last
+        data = self.data if at == 0 and total == len(self.data) else self.data[at : at + total]
+        return FetchSlice(file, self.position + at, total, offsets[i][0], last_offset, data)
