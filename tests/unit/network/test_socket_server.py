@@ -385,3 +385,55 @@ def test_a_close_decided_when_writing_resumes_loses_the_connection_once() -> Non
 
     assert asyncio.run(_with_server(run)) == (8 << 20, b"")
     assert errors == []
+
+
+@pytest.mark.parametrize("after_woken", [True, False])
+def test_a_request_that_woke_waiting_ones_is_answered_after_them(
+    monkeypatch: pytest.MonkeyPatch, after_woken: bool
+) -> None:
+    """An append that wakes a long-poll fetch (here: a handler completing a future another
+    connection's handler waits on) sets ``write_after_woken``: the woken request's response
+    is written before its own, as Kafka completes a woken DelayedFetch in the produce's
+    request thread. Without the flag the waker's response goes first (the control)."""
+    from broker.network import connection
+
+    written: list[bytes] = []
+    write = connection.Connection._write
+
+    def recording(self: connection.Connection, response: Response) -> None:
+        written.append(b"".join(bytes(c) for c in response.chunks))
+        write(self, response)
+
+    monkeypatch.setattr(connection.Connection, "_write", recording)
+    waiting: list[asyncio.Future[None]] = []
+
+    async def handler(conn: ConnectionInfo, frame: bytes) -> Response | None:
+        if frame == b"wait":
+            fut = asyncio.get_running_loop().create_future()
+            waiting.append(fut)
+            await fut
+            return Response([b"woken"], 5)
+        for fut in waiting:
+            fut.set_result(None)
+        conn.write_after_woken = after_woken
+        return Response([b"waker"], 5)
+
+    async def run() -> None:
+        server = SocketServer("127.0.0.1", 0, handler)
+        await server.start()
+        try:
+            r1, w1 = await asyncio.open_connection("127.0.0.1", server.port)
+            r2, w2 = await asyncio.open_connection("127.0.0.1", server.port)
+            w1.write(struct.pack(">i", 4) + b"wait")
+            while not waiting:
+                await asyncio.sleep(0.001)
+            w2.write(struct.pack(">i", 5) + b"wake!")
+            assert await asyncio.wait_for(_read(r1), 5) == b"woken"
+            assert await asyncio.wait_for(_read(r2), 5) == b"waker"
+            w1.close()
+            w2.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(run())
+    assert written == ([b"woken", b"waker"] if after_woken else [b"waker", b"woken"])
