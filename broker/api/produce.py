@@ -66,8 +66,6 @@ async def handle(ctx: RequestContext, request: messages.ProduceRequest) -> Respo
                 entries.pop(tp, None)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     if entries:
-        purgatory = ctx.services.replica_manager.purgatory
-        wakes = purgatory.wakes
         results.update(
             await ctx.services.replica_manager.append_records(
                 entries,
@@ -76,8 +74,6 @@ async def handle(ctx: RequestContext, request: messages.ProduceRequest) -> Respo
                 transactional_id=request.transactional_id,
             )
         )
-        if purgatory.wakes != wakes:  # fetches waiting for these records answer first
-            ctx.connection.write_after_woken = True
     # a client under a quota: record the request's bytes and time (broker/quota); a throttle
     # goes into the response and mutes the connection (with acks=0 too, as in Kafka)
     throttle_ms = 0 if ctx.quota is None else ctx.quota.record_produce()

@@ -15,10 +15,7 @@ request of the same ``data_received`` call is started as a task too, so the ``ca
 order keeps the arrival order.
 
 Responses leave strictly in request order (Kafka's contract), whatever order handlers finish
-in: finished responses wait in ``_pending`` behind the oldest unfinished one. They are written
-when the callback that finished them returns, or one loop step later when a handler woke
-delayed operations (``ConnectionInfo.write_after_woken``: an append woke fetches waiting at the
-log's end, which then answer first, as in Kafka). A response is
+in: finished responses wait in ``_pending`` behind the oldest unfinished one. A response is
 a list of chunks: ``bytes`` (runs of them are joined into one write: one syscall and, with
 TCP_NODELAY, one segment) or a file region (an object with ``file``, ``position``, ``size``)
 sent with ``os.sendfile`` straight from the page cache, directly while the socket takes it
@@ -282,17 +279,7 @@ class Connection(asyncio.Protocol):
             self._read_paused = True
             assert self._transport is not None
             self._transport.pause_reading()
-        self._flush_after_woken()
-
-    def _flush_after_woken(self) -> None:
-        """Write the finished responses now, or, when a handler woke delayed operations
-        (``ConnectionInfo.write_after_woken``), in the next loop step, after them: their
-        wake-ups were scheduled first."""
-        if self.info.write_after_woken:
-            self.info.write_after_woken = False
-            self._loop.call_soon(self._flush)
-        else:
-            self._flush()
+        self._flush()
 
     def _keep_rest(self, buf: bytearray, view: bytes | bytearray, pos: int) -> None:
         """Keep the bytes of ``view`` after ``pos`` (a frame not yet complete) buffered
@@ -390,7 +377,7 @@ class Connection(asyncio.Protocol):
         except BaseException as exc:  # noqa: BLE001 - becomes this connection's close
             entry.error = exc
         entry.task = None
-        self._flush_after_woken()
+        self._flush()
 
     def _flush(self) -> None:
         """Write the finished responses at the head of ``_pending``, in order."""

@@ -70,13 +70,6 @@ class ConnectionInfo:
     """Set by a handler whose response must be the last: the connection writes it, reads
     nothing more and closes this many milliseconds later (Kafka's
     ``connection.failed.authentication.delay.ms``)."""
-    write_after_woken: bool = False
-    """Set by a handler whose request woke delayed operations (an append waking long-poll
-    fetches waiting at the log's end): the connection writes the responses it has finished
-    only after those operations ran (one loop step later), as Kafka completes a woken
-    DelayedFetch in the produce's own request thread before the produce's response is sent.
-    A consumer waiting for the records is then answered before the producer's acknowledgement
-    is written. The connection clears it."""
     throttle_ms: int = 0
     """Set (through :meth:`throttle`) when a client exceeded its quota: once the response is
     written the connection reads nothing for this many milliseconds (KIP-219 muting), then

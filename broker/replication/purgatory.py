@@ -31,9 +31,6 @@ class Purgatory:
         self._clock = clock
         self._watchers: dict[Hashable, set[asyncio.Future[bool]]] = {}
         self._deadlines: dict[asyncio.Future[bool], float] = {}
-        self.wakes = 0
-        """Notifications that woke at least one operation so far (a caller compares it before
-        and after a change to learn whether the change woke anything)."""
         self._fired: dict[asyncio.Future[bool], set[Hashable]] = {}
         """Per waiting operation of :meth:`wait_for_changes`: the keys notified since it last
         looked (a key notified after the wake-up but before the operation ran is kept too)."""
@@ -52,8 +49,6 @@ class Purgatory:
             if not fut.done():
                 fut.set_result(True)
                 woken += 1
-        if woken:
-            self.wakes += 1
         return woken
 
     def expire(self) -> int:

@@ -147,25 +147,3 @@ def test_wait_for_changes_returns_false_at_the_deadline_without_checking() -> No
         return await waiter, calls
 
     assert asyncio.run(run()) == (False, 0)
-
-
-def test_wakes_counts_the_notifications_that_woke_an_operation() -> None:
-    """The produce path compares ``wakes`` before and after an append to learn whether it
-    woke a waiting fetch (its response is then written after the fetch's)."""
-
-    async def run() -> list[int]:
-        p = Purgatory(ManualClock())
-        seen = [p.wakes]
-        p.notify("tp")  # nobody waits
-        seen.append(p.wakes)
-        waiter = asyncio.create_task(p.wait_until(["tp"], lambda: True, 10))
-        waiting = asyncio.create_task(p.wait_for_changes(["tp"], lambda _: True, 10))
-        await _spin()
-        p.notify("tp")  # wakes the second (the first never waited: its condition held)
-        seen.append(p.wakes)
-        p.notify("tp")  # woken already: nothing more
-        seen.append(p.wakes)
-        assert await waiter and await waiting
-        return seen
-
-    assert asyncio.run(run()) == [0, 0, 1, 1]
