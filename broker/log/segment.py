@@ -16,8 +16,8 @@ entry. ``append`` writes a run of batches with one ``pwrite`` and does constant 
 with :func:`~broker.log.file_records.iter_headers`, which reads headers in windows so that
 small batches cost few system calls, and hand out whole batches as a
 :class:`~broker.log.file_records.FetchSlice`. The last append, when it is small (at most
-``TAIL_BYTES``: a low-latency producer's batch), stays in memory until the next append or
-truncation; a read that starts inside it (a consumer or follower waiting at the log's end)
+``TAIL_BYTES``: a low-latency producer's batch), stays in memory until the next append,
+truncation or roll (so a partition holds at most one); a read that starts inside it (a consumer or follower waiting at the log's end)
 is answered from it with no scan and no system call.
 
 ``recover`` re-reads the ``.log`` batch by batch (framing, magic, CRC-32C, offsets that only
@@ -698,7 +698,9 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """Roll: add the final time-index entry, trim both indexes to their entries and close
-        their files (they are made durable by the next ``flush``)."""
+        their files (they are made durable by the next ``flush``). The in-memory tail goes:
+        only the active segment keeps one."""
+        self._tail = None
         if self.active:
             self.time_index.maybe_append(
                 self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True

@@ -105,3 +105,16 @@ def test_only_small_appends_become_the_tail_and_truncation_drops_it(tmp_path: Pa
     got = log.read(0, 1 << 20)
     assert got is not None and (got.first_offset, got.last_offset) == (0, 1)
     log.close()
+
+
+def test_a_rolled_segment_lets_its_tail_go(tmp_path: Path) -> None:
+    """Only the active segment keeps a tail: a partition holds at most one."""
+    log = _open(tmp_path)
+    _append(log, _batch(2, 10))
+    first = log.active_segment
+    assert first._tail is not None
+    log.roll()
+    assert first._tail is None and log.active_segment is not first
+    got = log.read(0, 1 << 20)  # the rolled segment reads from its file
+    assert got is not None and (got.first_offset, got.last_offset) == (0, 1)
+    log.close()
