@@ -17,8 +17,9 @@ with :func:`~broker.log.file_records.iter_headers`, which reads headers in windo
 small batches cost few system calls, and hand out whole batches as a
 :class:`~broker.log.file_records.FetchSlice`. The last append, when it is small (at most
 ``TAIL_BYTES``: a low-latency producer's batch), stays in memory until the next append,
-truncation or roll (so a partition holds at most one); a read that starts inside it (a consumer or follower waiting at the log's end)
-is answered from it with no scan and no system call.
+truncation or roll (so a partition holds at most one); a read that starts inside it (a
+consumer or follower waiting at the log's end) is answered from it with no scan and no
+system call.
 
 ``recover`` re-reads the ``.log`` batch by batch (framing, magic, CRC-32C, offsets that only
 go up), rebuilds both indexes exactly as appends would have built them, and truncates the file
@@ -742,7 +743,6 @@ class LogSegment:
         """Final time-index entry and trim (if active), fsync, then close every file."""
         if self.closed:
             return
-        self._tail = None
         self.on_become_inactive()
         self.flush()
         self.txn_index.close()
@@ -801,8 +801,8 @@ class LogSegment:
 class _Tail:
     """A segment's last append, kept in memory when small (``TAIL_BYTES``): its file
     ``position``, its ``data`` (whole batches, exactly the bytes written there) and, per
-    batch, its base and last offsets and its size. Valid until the segment's next append or
-    truncation, which replace or drop it: until then it is the end of the ``.log``.
+    batch, its base and last offsets and its size. Valid until the segment's next append,
+    truncation or roll, which replace or drop it: until then it is the end of the ``.log``.
 
     Concurrency: event-loop thread only (as the segment)."""
 
