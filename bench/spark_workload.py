@@ -76,11 +76,14 @@ def session(*, delta: bool = False) -> Any:
     return spark
 
 
-def _reader(spark: Any, fmt: str, bootstrap: str, topic: str) -> Any:
+def _reader(
+    spark: Any, fmt: str, bootstrap: str, topic: str, options: dict[str, str] | None = None
+) -> Any:
     return (
         spark.read.format(fmt)
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
+        .options(**(options or {}))
         .load()
     )
 
@@ -92,20 +95,29 @@ def _timed(label: str, fn: Any) -> float:
     return time.perf_counter() - t0
 
 
-def count(spark: Any, fmt: str, bootstrap: str, topic: str, n: int) -> float:
+def count(
+    spark: Any, fmt: str, bootstrap: str, topic: str, n: int, options: dict[str, str] | None = None
+) -> float:
     got: list[int] = []
     seconds = _timed(
-        f"{fmt} count", lambda: got.append(_reader(spark, fmt, bootstrap, topic).count())
+        f"{fmt} count", lambda: got.append(_reader(spark, fmt, bootstrap, topic, options).count())
     )
     if got[0] != n:
         raise SystemExit(f'format("{fmt}") count() returned {got[0]}, expected {n}')
     return seconds
 
 
-def noop(spark: Any, fmt: str, bootstrap: str, topic: str) -> float:
+def noop(
+    spark: Any, fmt: str, bootstrap: str, topic: str, options: dict[str, str] | None = None
+) -> float:
     return _timed(
         f"{fmt} noop",
-        lambda: _reader(spark, fmt, bootstrap, topic).write.format("noop").mode("overwrite").save(),
+        lambda: (
+            _reader(spark, fmt, bootstrap, topic, options)
+            .write.format("noop")
+            .mode("overwrite")
+            .save()
+        ),
     )
 
 

@@ -44,6 +44,7 @@ READ_OPTIONS = frozenset(
         "groupIdPrefix",
         "readAs",
         "fetcher",
+        "localReads",
         "endingBatch",
         "wholeBatches",
         # Spark's Kafka source options this format accepts and has no use for

@@ -54,6 +54,7 @@ from broker.api import (
     groups,
     inter_broker,
     list_offsets,
+    local_fetch,
     metadata,
     offsets,
     produce,
@@ -91,6 +92,7 @@ Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.PRODUCE: produce.handle,
     ApiKey.FETCH: fetch.handle,
+    ApiKey.MILLRACE_LOCAL_FETCH: local_fetch.handle,
     ApiKey.LIST_OFFSETS: list_offsets.handle,
     ApiKey.METADATA: metadata.handle,
     ApiKey.LEADER_AND_ISR: inter_broker.handle_leader_and_isr,
@@ -149,7 +151,15 @@ assert set(HANDLERS) == set(registry.SUPPORTED_APIS), "registry and handlers dis
 # The hot paths whose handlers need no task before their first suspension (no
 # asyncio.timeout, TaskGroup or inter-broker client call on the way): they run eagerly.
 # Produce only without a transactional id (KIP-890 verification calls the coordinator).
-EAGER_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.PRODUCE})
+EAGER_APIS = frozenset(
+    {
+        ApiKey.API_VERSIONS,
+        ApiKey.FETCH,
+        ApiKey.MILLRACE_LOCAL_FETCH,
+        ApiKey.LIST_OFFSETS,
+        ApiKey.PRODUCE,
+    }
+)
 
 # The brokers' own requests, which Kafka answers without quota throttling
 # (``sendResponseExemptThrottle``).
@@ -280,7 +290,7 @@ class Dispatcher:
         as Kafka's RequestMetrics do)."""
         elapsed_ms = (self.services.clock.monotonic() - t0) * 1000.0
         metrics.request_done(route.name, version, elapsed_ms)
-        if api_key == ApiKey.FETCH:
+        if api_key in (ApiKey.FETCH, ApiKey.MILLRACE_LOCAL_FETCH):
             follower = fetch.replica_id_of(request, version) >= 0
             metrics.request_done(
                 "FetchFollower" if follower else "FetchConsumer", version, elapsed_ms
@@ -370,7 +380,7 @@ def _with_throttle(result: Any, api_key: int, version: int, throttle_ms: int) ->
         # hand-encoded: Fetch (v4+) and ListOffsets v2+ open with throttle_time_ms (Produce
         # and Fetch set theirs when they record their bytes; this is for their early answers)
         chunks = result.chunks
-        opens_with_throttle = api_key == ApiKey.FETCH or (
+        opens_with_throttle = api_key in (ApiKey.FETCH, ApiKey.MILLRACE_LOCAL_FETCH) or (
             api_key == ApiKey.LIST_OFFSETS and version >= 2
         )
         if opens_with_throttle and chunks and isinstance(chunks[0], bytes) and len(chunks[0]) >= 4:

@@ -33,13 +33,14 @@ quota is answered at once with no data and ``throttle_time_ms``, as Kafka does.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker.api.authorization import denied
 from broker.api.context import RequestContext
 from broker.protocol.errors import ErrorCode
 from broker.protocol.fetch_response import FetchPartitionData, encode_fetch_response
-from broker.protocol.response import Response
+from broker.protocol.response import FileRegion, Response
 from broker.replication.fetch_sessions import FetchContext
 from broker.replication.replica_manager import FetchRequestPartition
 from broker.replication.results import FetchResult
@@ -53,7 +54,22 @@ if TYPE_CHECKING:
 
 
 async def handle(ctx: RequestContext, request: messages.FetchRequest) -> Response:
-    version = ctx.version
+    return await serve(ctx, request, ctx.version)
+
+
+def _records(result: FetchResult) -> FileRegion | None:
+    return result.slice
+
+
+async def serve(
+    ctx: RequestContext,
+    request: messages.FetchRequest,
+    version: int,
+    records_of: Callable[[FetchResult], FileRegion | None] = _records,
+) -> Response:
+    """The Fetch of ``request`` answered as Fetch ``version``; ``records_of`` gives what each
+    partition's ``records`` carries for its result (the slice of the log read, sent with
+    ``sendfile``; :mod:`broker.api.local_fetch` sends where the slice lies instead)."""
     ids = _TopicIds(ctx) if version >= TOPIC_ID_VERSION else None
     wanted, unknown = _wanted_partitions(request.topics, ids)
     replica_id = replica_id_of(request, version)
@@ -108,7 +124,7 @@ async def handle(ctx: RequestContext, request: messages.FetchRequest) -> Respons
                     r.last_stable_offset,
                     r.log_start_offset,
                     r.aborted_transactions,
-                    r.slice,
+                    records_of(r),
                     topic_id=None if ids is None else ids.id_of(r.tp.topic),
                     diverging_epoch=r.diverging_epoch,
                 )

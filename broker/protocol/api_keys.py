@@ -70,3 +70,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     ALLOCATE_PRODUCER_IDS = 67
+    MILLRACE_LOCAL_FETCH = 32000
+    """Millrace's own (not Kafka's): a Fetch answered with where the records lie in the
+    leader's segment files instead of the records (:mod:`broker.api.local_fetch`), for a
+    Spark task on the leader's machine. Advertised only to Millrace's own clients."""

@@ -268,6 +268,9 @@ if TYPE_CHECKING:
         | fetch_v16.FetchResponse
         | fetch_v17.FetchResponse
     )
+    # Millrace's own API: Fetch v11's messages (registry.PRIVATE_APIS)
+    MillraceLocalFetchRequest: TypeAlias = fetch_v11.FetchRequest
+    MillraceLocalFetchResponse: TypeAlias = fetch_v11.FetchResponse
     ListOffsetsRequest: TypeAlias = (
         list_offsets_v1.ListOffsetsRequest
         | list_offsets_v2.ListOffsetsRequest

@@ -84,7 +84,17 @@ SUPPORTED_APIS: dict[ApiKey, tuple[str, int, int]] = {
     ApiKey.ALTER_CLIENT_QUOTAS: ("AlterClientQuotas", 0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: ("DescribeUserScramCredentials", 0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ("AlterUserScramCredentials", 0, 0),
+    ApiKey.MILLRACE_LOCAL_FETCH: ("MillraceLocalFetch", 11, 11),
 }
+
+
+PRIVATE_APIS: dict[ApiKey, ApiKey] = {ApiKey.MILLRACE_LOCAL_FETCH: ApiKey.FETCH}
+"""Millrace's own APIs -> the Kafka API whose request (and response layout) each takes, at
+the same version. ApiVersions lists them only to a client that names itself Millrace's
+(``client_software_name`` starting with MILLRACE_SOFTWARE_PREFIX), so Kafka's clients and
+tools never see a key they do not know."""
+
+MILLRACE_SOFTWARE_PREFIX = "millrace"
 
 
 SERVED_BEYOND_ADVERTISED: dict[ApiKey, int] = {
@@ -115,7 +125,7 @@ def request_class(api_key: int, version: int) -> type[Any]:
     local = interbroker.REQUESTS.get((api_key, version))
     if local is not None:
         return local
-    return load_request_schema(api_key, version)
+    return load_request_schema(PRIVATE_APIS.get(api_key, api_key), version)  # type: ignore[call-overload]
 
 
 @cache
@@ -124,7 +134,7 @@ def response_class(api_key: int, version: int) -> type[Any]:
     local = interbroker.RESPONSES.get((api_key, version))
     if local is not None:
         return local
-    return load_response_schema(api_key, version)
+    return load_response_schema(PRIVATE_APIS.get(api_key, api_key), version)  # type: ignore[call-overload]
 
 
 def is_flexible(api_key: int, version: int) -> bool:

@@ -30,6 +30,15 @@ other request of the wire client; error codes and names are
 connection to the leader is the fetcher's own (requests are pipelined on it), opened by
 :meth:`~spark_connector.kafka.cluster.Cluster.open_connection`.
 
+Short-circuit reads (``local_reads``, the read option ``localReads``): when the leader is a
+Millrace broker that lists MillraceLocalFetch (its own API key 32000) in ApiVersions (asked
+once per connection, as ``millrace-spark-connector``), the fetcher sends that instead of
+Fetch: the same request, answered with where the records lie in the leader's segment file,
+which :class:`~spark_connector.kafka.local_files.LocalFiles` reads when the file is on this
+machine. Records it cannot vouch for are fetched again with Fetch, and short-circuit reads
+stop for the fetcher when they cannot work here (another machine, no permission). Against
+Apache Kafka nothing changes (it does not list the key).
+
 Security: the fetcher's connection to the leader carries the TLS and SASL settings of its
 :class:`~spark_connector.kafka.cluster.Cluster` (``security``, or the shared cluster's). A topic
 the user may not describe or read (TOPIC_AUTHORIZATION_FAILED in Metadata, ListOffsets or
@@ -46,6 +55,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_connector.kafka.cluster import WIRE_ERRORS, Cluster, Unreachable
+from spark_connector.kafka.connection import skip_tagged_fields
 from spark_connector.kafka.errors import (
     AUTHORIZATION_FAILED,
     CONNECTION_ERROR,
@@ -56,6 +66,7 @@ from spark_connector.kafka.errors import (
     Retriable,
     error_name,
 )
+from spark_connector.kafka.local_files import LOCAL_FETCH, LocalFiles
 
 if TYPE_CHECKING:
     from kafka_security.client_security import ClientSecurity
@@ -72,8 +83,11 @@ __all__ = [
     "error_name",
 ]
 
-FETCH, LIST_OFFSETS = 1, 2
-FETCH_VERSION, LIST_OFFSETS_VERSION = 11, 4
+FETCH, LIST_OFFSETS, API_VERSIONS = 1, 2, 18
+FETCH_VERSION, LIST_OFFSETS_VERSION, API_VERSIONS_VERSION = 11, 4, 3
+SOFTWARE_NAME = "millrace-spark-connector"
+"""The ``client_software_name`` of the fetcher's ApiVersions (a Millrace broker lists its own
+APIs to a client whose name starts with ``millrace``)."""
 EARLIEST, LATEST = -2, -1
 
 RETRIABLE = FETCH_LEADER_MOVED
@@ -125,6 +139,7 @@ class PartitionFetcher:
         partition_max_bytes: int = 8 << 20,
         cluster: Cluster | None = None,
         security: ClientSecurity | None = None,
+        local_reads: bool = True,
     ) -> None:
         # ``cluster``: a metadata client of the caller's to share (not closed here), whose
         # security is used; ``security``: TLS and SASL of a cluster made here
@@ -143,9 +158,19 @@ class PartitionFetcher:
         self._conn: Connection | None = None
         self._leader: tuple[str, int] | None = None
         self._pending: int | None = None  # offset of the Fetch in flight
+        self._pending_local = False  # whether that request is a MillraceLocalFetch
+        self._files: LocalFiles | None = LocalFiles() if local_reads else None
+        self._local = False  # the connection's broker serves MillraceLocalFetch
+
+    @property
+    def local_reads(self) -> int:
+        """Fetches answered by reading the segment file here (short-circuit reads)."""
+        return 0 if self._files is None else self._files.reads
 
     def close(self) -> None:
         self._drop()
+        if self._files is not None:
+            self._files.close()
         if self._owns_cluster:
             self._cluster.close()
 
@@ -163,6 +188,7 @@ class PartitionFetcher:
         self._conn = None
         self._leader = None
         self._pending = None
+        self._local = False
 
     def _find_leader(self) -> tuple[str, int]:
         try:
@@ -190,7 +216,20 @@ class PartitionFetcher:
             except OSError as exc:
                 raise Retriable(f"leader {leader} ({exc})", CONNECTION_ERROR) from exc
             self._leader = leader
+            if self._files is not None and self._files.usable:
+                try:
+                    self._local = _serves_local_fetch(self._conn)
+                except (OSError, ConnectionError, struct.error, IndexError) as exc:
+                    self._drop()
+                    raise Retriable(f"leader {leader} ({exc})", CONNECTION_ERROR) from exc
         return self._conn
+
+    def _send_fetch(self, offset: int) -> None:
+        conn = self._connection()
+        local = self._local and self._files is not None and self._files.usable
+        conn.send(LOCAL_FETCH if local else FETCH, FETCH_VERSION, self._fetch_body(offset))
+        self._pending = offset
+        self._pending_local = local
 
     # --- ListOffsets -----------------------------------------------------------------------
 
@@ -282,8 +321,7 @@ class PartitionFetcher:
         if self._pending is not None:
             return
         try:
-            self._connection().send(FETCH, FETCH_VERSION, self._fetch_body(offset))
-            self._pending = offset
+            self._send_fetch(offset)
         except (Retriable, OSError, ConnectionError):
             self._drop()
 
@@ -296,23 +334,31 @@ class PartitionFetcher:
                 self._conn.receive()  # a prefetch of another offset: discarded
                 self._pending = None
             if self._pending is None:
-                self._connection().send(FETCH, FETCH_VERSION, self._fetch_body(offset))
-                self._pending = offset
+                self._send_fetch(offset)
             assert self._conn is not None
             frame = self._conn.receive()
             self._pending = None
+            result = self._parse(frame)
+            if self._pending_local and result.records is not None:
+                assert self._files is not None
+                data = self._files.read(result.records)
+                if data is None:  # not readable here: the records over the connection
+                    self._conn.send(FETCH, FETCH_VERSION, self._fetch_body(offset))
+                    result = self._parse(self._conn.receive())
+                else:
+                    result.records = memoryview(data)
         except Retriable as exc:
             self._drop()
             return FetchResult(exc.code)
         except (OSError, ConnectionError, struct.error):
             self._drop()
             return FetchResult(CONNECTION_ERROR)
-        result = self._parse(frame)
         if result.error_code in RETRIABLE:
             self._drop()
         return result
 
     def _parse(self, frame: bytearray) -> FetchResult:
+        """The partition's result in a Fetch v11 (or MillraceLocalFetch) response frame."""
         view = memoryview(frame)
         # correlation id, throttle time, top-level error, session id
         (error,) = _I16.unpack_from(frame, 8)
@@ -345,3 +391,34 @@ class PartitionFetcher:
                 if index == self.partition:
                     return FetchResult(err, high, lso, log_start, aborted, records)
         return FetchResult(CONNECTION_ERROR)
+
+
+def _serves_local_fetch(conn: Connection) -> bool:
+    """Whether the broker lists MillraceLocalFetch v11 (ApiVersions v3, naming this client)."""
+    name = SOFTWARE_NAME.encode()
+    version = b"1"
+    body = bytes((len(name) + 1,)) + name + bytes((len(version) + 1,)) + version + b"\x00"
+    conn.send(API_VERSIONS, API_VERSIONS_VERSION, body, flexible=True)
+    frame = conn.receive()
+    (error,) = _I16.unpack_from(frame, 4)  # header v0: the correlation id only
+    if error != NONE:
+        return False
+    pos = 6
+    count, pos = _uvarint(frame, pos)
+    for _ in range(count - 1):
+        key, low, high = struct.unpack_from(">hhh", frame, pos)
+        pos = skip_tagged_fields(frame, pos + 6)
+        if key == LOCAL_FETCH:
+            return low <= FETCH_VERSION <= high
+    return False
+
+
+def _uvarint(buf: bytearray, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7

@@ -438,6 +438,7 @@ def _open_fetcher(
         max_wait_ms=int(max_wait),
         partition_max_bytes=int(kafka.get("max.partition.fetch.bytes", DIRECT_FETCH_BYTES)),
         security=wire_security(kafka),
+        local_reads=options.local_reads,
     )
 
 

@@ -43,6 +43,9 @@ format name:
   leader and decodes them straight into Arrow columns (:mod:`spark_connector.kafka.fetcher`;
   message format v2; PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL with PLAIN or SCRAM).
   ``librdkafka``: a confluent-kafka consumer per task (every security setting librdkafka has).
+* ``localReads`` (default true): a ``direct`` task whose partition's leader is a Millrace
+  broker on the task's own machine reads the records from the leader's segment file instead
+  of over TCP (:mod:`spark_connector.kafka.local_files`); ``false`` always fetches over TCP.
 * security, as Spark's Kafka source takes it: ``kafka.security.protocol``,
   ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``, ``kafka.ssl.truststore.*``,
   ``kafka.ssl.keystore.*``, ``kafka.ssl.key.password``,
@@ -144,6 +147,8 @@ class ReadOptions:
     group_id_prefix: str = "spark-millrace-source"
     read_as_table: bool = False
     fetcher: str = "auto"
+    local_reads: bool = True
+    """Short-circuit reads from a Millrace leader on this machine (``localReads``)."""
     group_fallback: OffsetKind = OffsetKind.EARLIEST
     metadata_timeout_ms: int = DEFAULT_METADATA_TIMEOUT_MS
     ending_batch: int | str | None = None
@@ -418,6 +423,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         group_id_prefix=prefix,
         read_as_table=read_as_table,
         fetcher=fetcher,
+        local_reads=bool_option(opts, "localReads", True),
         group_fallback=fallback,
         metadata_timeout_ms=metadata_timeout,
         ending_batch=ending_batch,
