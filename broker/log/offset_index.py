@@ -138,6 +138,23 @@ class OffsetIndex(IndexFile):
             return self.base_offset, 0
         return self.base_offset + self._rel[i], self._pos[i]
 
+    def skip_to(self, start: int, limit: int, max_offset: int) -> int:
+        """A batch position ``p >= start`` such that the batches from ``start`` (a batch
+        position) up to ``p`` all end at or before ``limit`` and hold only offsets below
+        ``max_offset``: the position of the entry before the last one that lies at or before
+        ``limit`` with an offset below ``max_offset`` (that entry's batch begins where the
+        one before ends, at the latest), or ``start`` when there is none beyond it. A read
+        of many batches then scans the headers from ``p`` instead of from ``start``."""
+        k = min(
+            bisect.bisect_right(self._pos, limit),
+            bisect.bisect_left(self._rel, max_offset - self.base_offset),
+        )
+        k -= 2  # k - 1: the last entry that qualifies; the entry before it
+        if k < 0:
+            return start
+        position = self._pos[k]
+        return position if position > start else start
+
     def truncate_to(self, offset: int) -> None:
         """Remove every entry with offset ``>= offset``."""
         keep = bisect.bisect_left(self._rel, offset - self.base_offset)

@@ -607,6 +607,21 @@ class LogSegment:
         if total > max_bytes and not min_one_batch:
             return None, True
         last_offset = first.last_offset
+        skip = self.offset_index.skip_to(first.position, first.position + max_bytes, max_offset)
+        if skip > first.position + total and skip < self.size:
+            # the batches up to ``skip`` are whole, within the byte limit and below
+            # max_offset (the index says so): scan the headers from there only (a big read
+            # then scans a few headers, not one per batch)
+            skipped = iter_headers(self._fd, skip, self.size, window)
+            at = next(skipped, None)
+            if (
+                at is not None
+                and at.base_offset < max_offset
+                and skip - first.position + at.size <= max_bytes
+            ):
+                total = skip - first.position + at.size
+                last_offset = at.base_offset + at.last_offset_delta
+                headers = skipped
         for header in headers:
             if header.base_offset >= max_offset or total + header.size > max_bytes:
                 break
