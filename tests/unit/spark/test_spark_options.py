@@ -125,6 +125,7 @@ def test_json_offsets_and_assign() -> None:
         ({**BASE, "maxRecordsPerPartition": "x"}, False, "maxRecordsPerPartition"),
         ({**BASE, "failOnDataLoss": "yes"}, False, "failOnDataLoss"),
         ({**BASE, "includeHeaders": "1"}, False, "includeHeaders"),
+        ({**BASE, "localReads": "sometimes"}, False, "localReads"),
         ({**BASE, "kafka.auto.offset.reset": "earliest"}, False, "kafka.auto.offset.reset"),
         ({**BASE, "kafka.enable.auto.commit": "true"}, False, "kafka.enable.auto.commit"),
         (
@@ -230,3 +231,9 @@ def test_an_unknown_option_is_named_once_with_the_closest_known_one(
     ]
     assert warn_unknown_options({"deliveryGuarantee": "exactly-once"}, WRITE_OPTIONS, "w") == []
     assert warn_unknown_options({"checkpointLocation": "/c"}, READ_OPTIONS, "r") == []
+
+
+def test_local_reads_default_on_and_can_be_turned_off() -> None:
+    assert parse_read_options(BASE, streaming=False).local_reads is True
+    off = parse_read_options({**BASE, "localReads": "FALSE"}, streaming=True)
+    assert off.local_reads is False
