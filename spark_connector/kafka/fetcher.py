@@ -163,8 +163,8 @@ class PartitionFetcher:
         self._local = False  # the connection's broker serves MillraceLocalFetch
 
     @property
-    def local_reads(self) -> int:
-        """Fetches answered by reading the segment file here (short-circuit reads)."""
+    def files_read(self) -> int:
+        """Fetches answered by reading the leader's segment file here (short-circuit)."""
         return 0 if self._files is None else self._files.reads
 
     def close(self) -> None:

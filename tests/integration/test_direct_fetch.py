@@ -200,8 +200,8 @@ def test_short_circuit_reads_only_from_millrace_on_this_machine(
             bootstrap, topic, 0, read_committed=False, local_reads=False, **small
         ) as remote:
             assert _fetch_all(remote, end) == located
-            assert remote.local_reads == 0
-        assert local.local_reads == (len(located) if name == "millrace" else 0)
+            assert remote.files_read == 0
+        assert local.files_read == (len(located) if name == "millrace" else 0)
 
 
 def test_records_a_fetcher_cannot_read_here_come_over_the_connection(
@@ -220,12 +220,12 @@ def test_records_a_fetcher_cannot_read_here_come_over_the_connection(
     with PartitionFetcher(cluster.bootstrap, topic_name, 0, read_committed=False) as here:
         _low, end = here.watermarks(time.monotonic() + 30)
         expected = _fetch_all(here, end)
-        assert here.local_reads == len(expected)
+        assert here.files_read == len(expected)
     elsewhere = PartitionFetcher(cluster.bootstrap, topic_name, 0, read_committed=False)
     elsewhere._files = LocalFiles(boot_id=b"\x07" * 16)
     with elsewhere:
         assert _fetch_all(elsewhere, end) == expected
-        assert elsewhere.local_reads == 0
+        assert elsewhere.files_read == 0
         assert elsewhere._files is not None and not elsewhere._files.usable
 
 

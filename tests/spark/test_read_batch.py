@@ -115,6 +115,33 @@ def test_reads_whole_topic_with_kafka_schema(spark: Any, cluster: Any, topic: st
     assert_df_equality(df, expected, ignore_row_order=True, ignore_nullable=True)
 
 
+def test_tasks_read_the_leaders_files_on_its_machine_unless_told_not_to(
+    spark: Any, cluster: Any, topic: str
+) -> None:
+    """Spark's tasks read the records from the broker's segment files (MillraceLocalFetch,
+    counted by the broker's request metrics); ``localReads=false`` fetches them over TCP:
+    the same rows either way."""
+    from tests.integration.test_metrics_endpoint import scrape
+
+    url = str(cluster.broker(1)["metrics_url"])
+
+    def requests(name: str) -> float:
+        counts = scrape(url).get("kafka_network_requestmetrics_requests_total", {})
+        return sum(n for labels, n in counts.items() if dict(labels)["request"] == name)
+
+    rows = [(p, i) for p in range(PARTITIONS) for i in range(PER_PARTITION)]
+    expected = _expected_df(spark, topic, rows, headers=True)
+    located = requests("MillraceLocalFetch")
+    df = _reader(spark, cluster, subscribe=topic, includeHeaders="true").load()
+    assert_df_equality(df, expected, ignore_row_order=True, ignore_nullable=True)
+    assert requests("MillraceLocalFetch") >= located + PARTITIONS
+    located, fetched = requests("MillraceLocalFetch"), requests("Fetch")
+    df = _reader(spark, cluster, subscribe=topic, includeHeaders="true", localReads="false")
+    assert_df_equality(df.load(), expected, ignore_row_order=True, ignore_nullable=True)
+    assert requests("MillraceLocalFetch") == located
+    assert requests("Fetch") >= fetched + PARTITIONS
+
+
 def test_include_headers(spark: Any, cluster: Any, topic: str) -> None:
     df = _reader(spark, cluster, subscribe=topic, includeHeaders="true").load()
     assert df.schema.simpleString().endswith(
