@@ -40,7 +40,7 @@ from spark_connector.kafka.errors import AuthenticationError
 if TYPE_CHECKING:
     from kafka_security.client_security import ClientSecurity
 
-__all__ = ["Connection", "parse_bootstrap", "skip_tagged_fields"]
+__all__ = ["Connection", "parse_bootstrap", "read_uvarint", "skip_tagged_fields"]
 
 _FRAME_HEAD = struct.Struct(">hhih")
 
@@ -59,23 +59,24 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
+def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """``(value, position after it)`` of the unsigned varint at ``pos``."""
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
 def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
     """The position after the tagged field section at ``pos``."""
-
-    def uvarint(p: int) -> tuple[int, int]:
-        result = shift = 0
-        while True:
-            b = buf[p]
-            p += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result, p
-            shift += 7
-
-    count, pos = uvarint(pos)
+    count, pos = read_uvarint(buf, pos)
     for _ in range(count):
-        _tag, pos = uvarint(pos)
-        size, pos = uvarint(pos)
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
         pos += size
     return pos
 

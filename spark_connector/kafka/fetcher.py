@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_connector.kafka.cluster import WIRE_ERRORS, Cluster, Unreachable
-from spark_connector.kafka.connection import skip_tagged_fields
+from spark_connector.kafka.connection import read_uvarint, skip_tagged_fields
 from spark_connector.kafka.errors import (
     AUTHORIZATION_FAILED,
     CONNECTION_ERROR,
@@ -404,21 +404,10 @@ def _serves_local_fetch(conn: Connection) -> bool:
     if error != NONE:
         return False
     pos = 6
-    count, pos = _uvarint(frame, pos)
+    count, pos = read_uvarint(frame, pos)
     for _ in range(count - 1):
         key, low, high = struct.unpack_from(">hhh", frame, pos)
         pos = skip_tagged_fields(frame, pos + 6)
         if key == LOCAL_FETCH:
             return low <= FETCH_VERSION <= high
     return False
-
-
-def _uvarint(buf: bytearray, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7

@@ -235,8 +235,7 @@ def test_millrace_local_fetch_is_listed_only_to_millrace_clients(cluster: Any) -
     follower's request (replica id >= 0) is refused: followers replicate with Fetch."""
     import struct
 
-    from spark_connector.kafka import fetcher as f
-    from spark_connector.kafka.connection import Connection, parse_bootstrap
+    from spark_connector.kafka.connection import Connection, parse_bootstrap, read_uvarint
 
     host, port = parse_bootstrap(cluster.bootstrap)[0]
 
@@ -255,7 +254,7 @@ def test_millrace_local_fetch_is_listed_only_to_millrace_clients(cluster: Any) -
         (error,) = struct.unpack_from(">h", frame, 4)
         assert error == 0
         if version >= 3:
-            count, pos = f._uvarint(frame, 6)
+            count, pos = read_uvarint(frame, 6)
             keys = set()
             for _ in range(count - 1):
                 keys.add(struct.unpack_from(">h", frame, pos)[0])

@@ -16,22 +16,10 @@ from broker.clock import ManualClock
 from broker.log.file_records import FetchSlice
 from broker.log.log import Log
 from broker.log.offset_index import OffsetIndex
-from broker.protocol import records
 from broker.topic_config import LogConfig
+from tests.unit.log.test_segment_tail import NOW, _append, _batch
 
 pytestmark = pytest.mark.unit
-
-NOW = 1_700_000_000_000
-
-
-def _batch(n: int, size: int) -> bytes:
-    recs = [records.SimpleRecord(b"v" * size, b"k%d" % i, NOW + i) for i in range(n)]
-    return records.encode_batch(recs)
-
-
-def _append(log: Log, *raw: bytes) -> None:
-    buf = bytearray(b"".join(raw))
-    log.append_as_leader(buf, list(records.iter_batches(buf)), leader_epoch=0)
 
 
 def _shape(got: FetchSlice | None) -> object:
