@@ -125,7 +125,7 @@ bench: setup
 	$(PY) -m bench.metrics_cost --records 1000000 --small 5000 --runs 9
 	$(PY) -m bench.startup_memory --runs 3 --settle 60
 	$(PY) -m bench.first_batch --records 10000 --partitions 3 --runs 5
-	$(PY) -m bench.read_ceiling --records 10000000 --runs 5
+	$(PY) -m bench.read_ceiling --records 10000000 --runs 9
 	$(PY) -m bench.produce_cpu --gb 1 --runs 3 --profile
 	$(PY) -m bench.scale_partitions --partitions 10000 --runs 1
 
