@@ -129,11 +129,21 @@ def send(
 
 
 def end_offset(system: System, topic: str) -> int:
-    from confluent_kafka import Consumer, TopicPartition
+    """The partition's log end offset. A topic just created may not be in the metadata of
+    the broker librdkafka asks yet (UNKNOWN_PARTITION): asked again for up to 30 s."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     c = Consumer({"bootstrap.servers": system.bootstrap, "group.id": "bench-produce-cpu"})
+    deadline = time.monotonic() + 30
     try:
-        return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1])
+        while True:
+            try:
+                return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1])
+            except KafkaException as exc:
+                unknown = exc.args[0].code() == KafkaError._UNKNOWN_PARTITION
+                if not unknown or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         c.close()
 
