@@ -52,7 +52,7 @@ from broker.replication.results import FetchResult
 if TYPE_CHECKING:
     from broker.protocol import messages
 
-__all__ = ["LOCATOR", "LOCATOR_VERSION", "boot_id", "handle", "locator"]
+__all__ = ["LOCATOR", "LOCATOR_VERSION", "handle", "locator"]
 
 VERSION = 11
 """The Fetch version whose request and response layout this API takes."""
@@ -71,11 +71,6 @@ def _read_boot_id() -> bytes:
 
 
 _BOOT_ID = _read_boot_id()
-
-
-def boot_id() -> bytes:
-    """This machine's boot id (16 bytes; zeros where the kernel does not tell)."""
-    return _BOOT_ID
 
 
 @dataclass(frozen=True, slots=True)
