@@ -130,7 +130,9 @@ def send(
 
 def end_offset(system: System, topic: str) -> int:
     """The partition's log end offset. A topic just created may not be in the metadata of
-    the broker librdkafka asks yet (UNKNOWN_PARTITION): asked again for up to 30 s."""
+    the broker librdkafka asks yet (UNKNOWN_PARTITION), nor hosted yet by its leader
+    (UNKNOWN_TOPIC_OR_PART): asked again for up to 30 s. Both happen with Kafka's brokers
+    too, in about one of ten creations of an RF=3 topic on this machine."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     c = Consumer({"bootstrap.servers": system.bootstrap, "group.id": "bench-produce-cpu"})
@@ -140,7 +142,10 @@ def end_offset(system: System, topic: str) -> int:
             try:
                 return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1])
             except KafkaException as exc:
-                unknown = exc.args[0].code() == KafkaError._UNKNOWN_PARTITION
+                unknown = exc.args[0].code() in (
+                    KafkaError._UNKNOWN_PARTITION,
+                    KafkaError.UNKNOWN_TOPIC_OR_PART,
+                )
                 if not unknown or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
