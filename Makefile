@@ -118,6 +118,7 @@ bench: setup
 	$(PY) -m bench.groups --rebalances 5 --commit-seconds 20 --threads 4
 	$(PY) -m bench.idle_partitions --partitions 3000 --seconds 30 --runs 3 --profile
 	$(PY) -m bench.broker_latency --pairs 5000 --rounds 3
+	$(PY) -m bench.e2e_tool --messages 10000 --runs 3
 	$(PY) -m bench.boundaries --records 1000000 --runs 5
 	$(PY) -m bench.secured_reads --records 2000000 --runs 3
 	$(PY) -m bench.tls --records 1000000 --runs 3
@@ -126,7 +127,7 @@ bench: setup
 	$(PY) -m bench.startup_memory --runs 3 --settle 60
 	$(PY) -m bench.first_batch --records 10000 --partitions 3 --runs 5
 	$(PY) -m bench.read_ceiling --records 10000000 --runs 9
-	$(PY) -m bench.produce_cpu --gb 1 --runs 3 --profile
+	$(PY) -m bench.produce_cpu --gb 1 --runs 7 --profile
 	$(PY) -m bench.scale_partitions --partitions 10000 --runs 1
 
 # Workloads 1-6 side by side at reduced sizes (under five minutes), into
