@@ -167,6 +167,9 @@ class Broker:
         await self._recover_logs(cluster_id, topic_configs)
         replica_manager = self._replica_manager(topic_configs)
         metadata = MetadataCache(cluster_id)
+        replica_manager.known_partition = lambda tp: (
+            metadata.partition(tp.topic, tp.partition) is not None
+        )
         self.controller = Controller(
             zk,
             metadata,

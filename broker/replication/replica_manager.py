@@ -127,6 +127,10 @@ def _validated(
     return buf, validated
 
 
+def _knows_nothing(_tp: TopicPartition) -> bool:
+    return False
+
+
 class ReplicaManager:
     """Hosts this broker's partitions."""
 
@@ -200,6 +204,12 @@ class ReplicaManager:
         self.topic_ids: dict[str, uuid.UUID] = {}
         """Topic ids from LeaderAndIsr (v5+), so a follower fetching by id (Fetch v13+) is
         served before this broker's metadata cache has the topic."""
+        self.known_partition: Callable[[TopicPartition], bool] = _knows_nothing
+        """Whether the cluster's metadata (this broker's metadata cache, set by the server)
+        lists a partition: one it lists but this broker does not host answers
+        NOT_LEADER_OR_FOLLOWER, so the client refreshes its metadata, as Kafka's
+        ``ReplicaManager.getPartitionOrError`` does (a partition reassigned away, or not
+        created here yet); one it does not list answers UNKNOWN_TOPIC_OR_PARTITION."""
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -507,11 +517,14 @@ class ReplicaManager:
                 partition.log.update_config(log_config)
 
     def _missing(self, tp: TopicPartition) -> KafkaError:
-        """The error for a partition not hosted here: offline, or unknown."""
+        """The error for a partition not hosted here: offline (KAFKA_STORAGE_ERROR), known
+        to the cluster's metadata (NOT_LEADER_OR_FOLLOWER), or unknown."""
         if tp in self.offline_partitions:
             return LogDirOfflineError(
                 f"the replica of {tp} on broker {self.broker_id} is in an offline log directory"
             )
+        if self.known_partition(tp):
+            return NotLeaderError(f"broker {self.broker_id} does not host {tp}")
         return UnknownTopicOrPartitionError(f"this broker does not host {tp}")
 
     def leader_partition(self, tp: TopicPartition) -> Partition:

@@ -335,3 +335,52 @@ def test_admin_requests_to_a_broker_that_is_not_the_controller(
     cluster.wait_for(
         lambda: topic_name not in cluster.admin().topic_names(), 60, f"{topic_name} deleted"
     )
+
+
+def test_a_broker_that_does_not_host_a_known_partition_answers_not_leader(
+    cluster: Cluster, topic_name: str
+) -> None:
+    """A Produce or ListOffsets for a partition the cluster's metadata lists but this broker
+    does not host answers NOT_LEADER_OR_FOLLOWER (the client refreshes its metadata and goes
+    to the leader), as Kafka's ``ReplicaManager.getPartitionOrError`` does; a topic nobody
+    knows answers UNKNOWN_TOPIC_OR_PARTITION."""
+    from kio.schema.list_offsets.v1.request import (
+        ListOffsetsPartition,
+        ListOffsetsRequest,
+        ListOffsetsTopic,
+    )
+    from kio.schema.types import TopicName
+    from kio.static.primitive import i32, i64
+
+    cluster.create_topic(topic_name, 1, replication_factor=1)
+    leader = cluster.leader_of(topic_name)
+    other = next(b for b in BROKERS if b != leader)
+    cluster.wait_for(
+        lambda: cluster.describe_via(other, topic_name)[0][0] == leader,
+        30,
+        f"broker {other}'s metadata naming leader {leader}",
+    )
+    batch = rec.encode_batch([rec.SimpleRecord(b"v", None, int(time.time() * 1000))])
+    with cluster.raw(broker_id=other) as conn:
+        produced = conn.produce_v3(topic_name, 0, batch)
+        assert int(produced.error_code) == 6, produced  # NOT_LEADER_OR_FOLLOWER
+        offsets = conn.request(
+            ListOffsetsRequest(
+                replica_id=i32(-1),
+                topics=(
+                    ListOffsetsTopic(
+                        name=TopicName(topic_name),
+                        partitions=(
+                            ListOffsetsPartition(partition_index=i32(0), timestamp=i64(-1)),
+                        ),
+                    ),
+                ),
+            )
+        )
+        [t] = offsets.topics
+        [p] = t.partitions
+        assert int(p.error_code) == 6, p
+        unknown = conn.produce_v3(f"{topic_name}-never-created", 0, batch)
+        assert int(unknown.error_code) == 3, unknown  # UNKNOWN_TOPIC_OR_PARTITION
+    with cluster.raw(broker_id=leader) as conn:
+        assert int(conn.produce_v3(topic_name, 0, batch).error_code) == 0

@@ -19,7 +19,7 @@ from broker.clock import ManualClock
 from broker.config import BrokerConfig
 from broker.log.log_manager import LogManager
 from broker.protocol import records
-from broker.protocol.errors import ErrorCode
+from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.alter_isr_manager import IsrWrite
 from broker.replication.replica_manager import (
     FetchRequestPartition,
@@ -488,6 +488,34 @@ def test_stop_replica_with_delete_removes_the_log_directory(tmp_path: Path) -> N
     assert b.rm.partitions == {}
     assert b.log_manager.get_log(TP) is None and b.log_manager.get_log(TP2) is None
     assert b.fetchers.following == {}
+
+
+def test_a_partition_the_cluster_knows_but_this_broker_does_not_host_is_not_led_here(
+    tmp_path: Path,
+) -> None:
+    """Kafka's ``ReplicaManager.getPartitionOrError``: a partition this broker does not host
+    answers NOT_LEADER_OR_FOLLOWER when the metadata lists it (reassigned away, or its
+    LeaderAndIsr not here yet: the client refreshes its metadata and goes to the leader),
+    and UNKNOWN_TOPIC_OR_PARTITION when it does not; produce, fetch, offsets alike."""
+    b = Broker(tmp_path)
+    b.apply(1, _spec(leader=1, epoch=0))
+    _run(lambda: _produce(b.rm, 2, acks=1))
+    assert b.rm.stop_replicas(1, [(TP, True)]) == {TP: ErrorCode.none}  # reassigned away
+    listed = {TP}
+    b.rm.known_partition = lambda tp: tp in listed
+
+    assert _run(lambda: _produce(b.rm, 1, acks=1)) == (ErrorCode.not_leader_or_follower, -1)
+    assert _run(lambda: _fetch(b.rm, 0)).error == ErrorCode.not_leader_or_follower
+    with pytest.raises(KafkaError) as raised:
+        b.rm.list_offset(TP, -1)
+    assert raised.value.code == ErrorCode.not_leader_or_follower
+
+    listed.clear()  # the topic deleted: no longer in the metadata either
+    assert _run(lambda: _produce(b.rm, 1, acks=1)) == (ErrorCode.unknown_topic_or_partition, -1)
+    assert _run(lambda: _fetch(b.rm, 0)).error == ErrorCode.unknown_topic_or_partition
+    with pytest.raises(KafkaError) as raised:
+        b.rm.list_offset(TP, -1)
+    assert raised.value.code == ErrorCode.unknown_topic_or_partition
 
 
 def test_stop_replica_without_delete_keeps_the_log(tmp_path: Path) -> None:
