@@ -83,6 +83,10 @@ if TYPE_CHECKING:
     from kio.schema.describe_groups import v3 as describe_groups_v3
     from kio.schema.describe_groups import v4 as describe_groups_v4
     from kio.schema.describe_groups import v5 as describe_groups_v5
+    from kio.schema.describe_log_dirs import v1 as describe_log_dirs_v1
+    from kio.schema.describe_log_dirs import v2 as describe_log_dirs_v2
+    from kio.schema.describe_log_dirs import v3 as describe_log_dirs_v3
+    from kio.schema.describe_log_dirs import v4 as describe_log_dirs_v4
     from kio.schema.describe_producers import v0 as describe_producers_v0
     from kio.schema.describe_transactions import v0 as describe_transactions_v0
     from kio.schema.describe_user_scram_credentials import v0 as describe_user_scram_credentials_v0
@@ -714,6 +718,18 @@ if TYPE_CHECKING:
     )
     DescribeClusterResponse: TypeAlias = (
         describe_cluster_v0.DescribeClusterResponse | describe_cluster_v1.DescribeClusterResponse
+    )
+    DescribeLogDirsRequest: TypeAlias = (
+        describe_log_dirs_v1.DescribeLogDirsRequest
+        | describe_log_dirs_v2.DescribeLogDirsRequest
+        | describe_log_dirs_v3.DescribeLogDirsRequest
+        | describe_log_dirs_v4.DescribeLogDirsRequest
+    )
+    DescribeLogDirsResponse: TypeAlias = (
+        describe_log_dirs_v1.DescribeLogDirsResponse
+        | describe_log_dirs_v2.DescribeLogDirsResponse
+        | describe_log_dirs_v3.DescribeLogDirsResponse
+        | describe_log_dirs_v4.DescribeLogDirsResponse
     )
     DescribeProducersRequest: TypeAlias = describe_producers_v0.DescribeProducersRequest
     DescribeProducersResponse: TypeAlias = describe_producers_v0.DescribeProducersResponse

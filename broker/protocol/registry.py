@@ -72,6 +72,7 @@ SUPPORTED_APIS: dict[ApiKey, tuple[str, int, int]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: ("ListPartitionReassignments", 0, 0),
     ApiKey.OFFSET_DELETE: ("OffsetDelete", 0, 0),
     ApiKey.DESCRIBE_CLUSTER: ("DescribeCluster", 0, 1),
+    ApiKey.DESCRIBE_LOG_DIRS: ("DescribeLogDirs", 1, 4),
     ApiKey.DESCRIBE_PRODUCERS: ("DescribeProducers", 0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: ("DescribeTransactions", 0, 0),
     ApiKey.LIST_TRANSACTIONS: ("ListTransactions", 0, 1),

@@ -11,11 +11,13 @@ check it against the broker's own view (end offsets, the records themselves):
 * ``kafka-consumer-groups`` (ConsumerGroupCommand) on the group it left behind:
   describe (offsets and lag), list, reset-offsets, delete;
 * ``kafka-e2e-latency`` (EndToEndLatency), which also compares every record it reads back;
-* ``kafka-topics`` (TopicCommand): create, describe, list, alter, delete and its errors.
+* ``kafka-topics`` (TopicCommand): create, describe, list, alter, delete and its errors;
+* ``kafka-log-dirs`` (LogDirsCommand): every partition's size in its log directory.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Callable
@@ -33,6 +35,7 @@ CONSUMER_PERF = TOOLS + "ConsumerPerformance"
 E2E_LATENCY = TOOLS + "EndToEndLatency"
 TOPIC_COMMAND = TOOLS + "TopicCommand"
 GROUP_COMMAND = TOOLS + "consumer.group.ConsumerGroupCommand"
+LOG_DIRS_COMMAND = TOOLS + "LogDirsCommand"
 
 RECORDS = 50_000
 RECORD_SIZE = 100
@@ -343,3 +346,55 @@ def test_topic_command(cluster: Any, kafka_tool: Tool) -> None:
 
     listed = cluster.wait_for(listed_without_it, 30, f"{topic_name} gone from --list")
     assert f"{topic_name}-rf3" not in listed, listed  # the failed create left nothing behind
+
+
+# --- kafka-log-dirs ------------------------------------------------------------------------------
+
+
+def test_log_dirs_command(cluster: Any, kafka_tool: Tool) -> None:
+    """``kafka-log-dirs --describe`` (DescribeLogDirs): each partition in the broker's log
+    directory, with the size of its segment files on disk; ``--topic-list`` narrows it."""
+    from confluent_kafka import Producer
+
+    topic = "kafka-log-dirs-command"
+    cluster.create_topic(topic, partitions=2)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 0})
+    for i in range(300):
+        producer.produce(topic, b"v" * 100, partition=i % 2)
+    assert producer.flush(30) == 0
+
+    def describe(*args: str) -> dict[str, Any]:
+        out = ok(
+            kafka_tool(
+                LOG_DIRS_COMMAND, "--bootstrap-server", cluster.bootstrap, "--describe", *args
+            )
+        )
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        assert len(lines) == 1, out
+        document: dict[str, Any] = json.loads(lines[0])
+        return document
+
+    def on_disk(partition: int) -> int:
+        return sum(p.stat().st_size for p in cluster.segment_files(topic, partition))
+
+    everything = describe()
+    (broker,) = everything["brokers"]
+    assert broker["broker"] == 1
+    dirs = {d["logDir"]: d for d in broker["logDirs"]}
+    assert sorted(dirs) == sorted(str(d) for d in cluster.log_dirs())
+    sizes: dict[str, int] = {}
+    for d in dirs.values():
+        assert d["error"] is None, d
+        for p in d["partitions"]:
+            assert (p["offsetLag"], p["isFuture"]) == (0, False), p
+            sizes[p["partition"]] = p["size"]
+    assert sizes[f"{topic}-0"] == on_disk(0) > 300 // 2 * 100
+    assert sizes[f"{topic}-1"] == on_disk(1) > 300 // 2 * 100
+
+    narrowed = describe("--topic-list", topic, "--broker-list", "1")
+    listed = {
+        p["partition"]: p["size"]
+        for d in narrowed["brokers"][0]["logDirs"]
+        for p in d["partitions"]
+    }
+    assert listed == {f"{topic}-0": on_disk(0), f"{topic}-1": on_disk(1)}

@@ -123,6 +123,10 @@ def test_full_log_dir_goes_offline_and_its_partitions_move(
                 p: (1,) if p in in_small else () for p in range(6)
             }, f"offline replicas as broker {via} answers Metadata v5"
         producer.check_served(c)
+        # DescribeLogDirs (kafka-log-dirs): the failed dir answers KAFKA_STORAGE_ERROR alone
+        dirs = describe_log_dirs(c, 1)
+        assert dirs[str(small)] == (56, set()), dirs
+        assert dirs[str(data)] == (0, {f"{topic_name}-{p}" for p in in_data}), dirs
 
         # space freed, broker restarted: the tmpfs is online again and its replicas catch up
         (small / "filler.bin").unlink()
@@ -133,6 +137,26 @@ def test_full_log_dir_goes_offline_and_its_partitions_move(
         for p in in_small:
             c.wait_replicas_identical(topic_name, p, [1, 2, 3], 90)
         assert c.offline_replicas(topic_name, 2) == dict.fromkeys(range(6), ())
+        dirs = describe_log_dirs(c, 1)
+        assert dirs[str(small)] == (0, {f"{topic_name}-{p}" for p in in_small}), dirs
+
+
+def describe_log_dirs(c: Cluster, broker_id: int) -> dict[str, tuple[int, set[str]]]:
+    """{log dir: (error code, its partitions as ``topic-partition``)} from DescribeLogDirs
+    v4 sent to ``broker_id`` (every partition: topics null)."""
+    from broker.protocol import registry
+
+    request = registry.build(registry.request_class(35, 4), topics=None)
+    with c.raw(broker_id=broker_id) as conn:
+        response = conn.request(request)
+    assert response.error_code == 0, response
+    return {
+        r.log_dir: (
+            int(r.error_code),
+            {f"{t.name}-{p.partition_index}" for t in r.topics for p in t.partitions},
+        )
+        for r in response.results
+    }
 
 
 @contextlib.contextmanager
