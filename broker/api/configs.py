@@ -4,8 +4,16 @@ Topic resources (type 2) describe every topic config with its effective value an
 (DYNAMIC_TOPIC_CONFIG for an override stored in ``/config/topics/<topic>``,
 STATIC_BROKER_CONFIG when the broker's ``server.properties`` sets the synonym,
 DEFAULT_CONFIG otherwise), with synonyms and documentation when asked. Broker resources
-(type 4) describe the broker's static configuration, read-only; altering broker configs
-dynamically is not supported and answers INVALID_REQUEST.
+(type 4) describe the broker's static configuration, read-only; setting broker configs
+dynamically is not supported and answers INVALID_REQUEST. Deleting dynamic broker configs
+(IncrementalAlterConfigs DELETE, or an AlterConfigs of none) succeeds and changes nothing:
+none is ever set, and Kafka answers the deletion of one not set the same way
+(``kafka-reassign-partitions --verify`` deletes the replication throttle rates of every
+broker once a reassignment is complete).
+
+Replication throttles are not implemented: a topic's ``leader.replication.throttled.replicas``
+and ``follower.replication.throttled.replicas`` can be deleted (they are never set; the
+reassignment tool clears them too) but not set (INVALID_CONFIG saying so).
 
 Authorization (Kafka's ``ConfigHelper`` and ``KafkaApis``): describing a topic's configs needs
 DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED), a broker's (or broker logger's)
@@ -37,6 +45,10 @@ SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+THROTTLED_REPLICAS_CONFIGS = frozenset(
+    {"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
+)
+"""Kafka's topic configs naming the replicas replication throttles apply to."""
 
 if TYPE_CHECKING:
     from broker.protocol import messages
@@ -235,21 +247,16 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
     api_key = 44 if incremental else 33
     cls = registry.response_class(api_key, ctx.version)
     resp_cls = registry.nested(cls, "AlterConfigsResourceResponse")
-    topic_configs = ctx.services.topic_configs
     out = []
     for res in request.resources:
         try:
             refusal = _refusal(ctx, res, Operation.ALTER_CONFIGS)
             if refusal is not None:
                 raise KafkaError("", refusal)  # Kafka: ApiError(error, null), no message
-            _check_topic_resource(ctx, res)
-            if incremental:
-                new = _incremental_overrides(ctx, res)
+            if res.resource_type == BROKER and _deletes_only(res, incremental):
+                _check_broker_name(res)
             else:
-                new = {c.name: c.value for c in res.configs if c.value is not None}
-            await topic_configs.set_overrides(
-                res.resource_name, new, validate_only=bool(request.validate_only)
-            )
+                await _alter_topic(ctx, res, incremental, bool(request.validate_only))
             out.append(
                 registry.build(
                     resp_cls,
@@ -272,12 +279,47 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
     return registry.build(cls, throttle_time=datetime.timedelta(0), responses=tuple(out))
 
 
+def _deletes_only(res: Any, incremental: bool) -> bool:
+    """Whether an alteration only removes dynamic configs (IncrementalAlterConfigs: every
+    operation a DELETE; AlterConfigs, which replaces them all: none given)."""
+    if incremental:
+        return all(int(c.config_operation) == OP_DELETE for c in res.configs)
+    return not res.configs
+
+
+def _check_broker_name(res: Any) -> None:
+    """A broker resource names a broker id, or is empty (the cluster-wide default)."""
+    name = str(res.resource_name)
+    if name and not name.isdigit():
+        raise KafkaError(
+            f"broker resource name {name!r} is not a broker id", ErrorCode.invalid_request
+        )
+
+
+async def _alter_topic(
+    ctx: RequestContext, res: Any, incremental: bool, validate_only: bool
+) -> None:
+    topic_configs = ctx.services.topic_configs
+    _check_topic_resource(ctx, res)
+    if incremental:
+        new = _incremental_overrides(ctx, res)
+    else:
+        new = {c.name: c.value for c in res.configs if c.value is not None}
+    await topic_configs.set_overrides(res.resource_name, new, validate_only=validate_only)
+
+
 def _incremental_overrides(ctx: RequestContext, res: Any) -> dict[str, str]:
     """The topic's overrides after applying an IncrementalAlterConfigs resource's operations."""
     topic_configs = ctx.services.topic_configs
     new = dict(topic_configs.overrides(res.resource_name))
     for c in res.configs:
         op = int(c.config_operation)
+        if c.name in THROTTLED_REPLICAS_CONFIGS:
+            if op == OP_DELETE:
+                continue  # never set: nothing to remove (the reassignment tool clears them)
+            raise KafkaError(
+                f"{c.name}: replication throttles are not implemented", ErrorCode.invalid_config
+            )
         if c.name not in TOPIC_CONFIGS:
             raise KafkaError(f"unknown topic config {c.name}", ErrorCode.invalid_config)
         if op == OP_SET:

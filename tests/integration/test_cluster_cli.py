@@ -10,6 +10,11 @@
 * ``millrace elect-leaders --election-type preferred --all-topic-partitions``
   (kafka-leader-election.sh) gives leadership back to the preferred replicas after a broker
   restart (``auto.leader.rebalance.enable=false`` so nothing else does).
+* Kafka 3.9.1's own ``kafka-reassign-partitions`` (ReassignPartitionsCommand) moves replicas
+  too: ``--execute``, then ``--verify`` until it reports completion and clears the
+  replication throttles (IncrementalAlterConfigs DELETE on every broker and on the topic),
+  exit status 0; ``--throttle`` is refused with a message that names what is missing
+  (replication throttles are not implemented) and moves nothing.
 
 Each tool runs as its own process in the cluster directory (``Cluster.cli``).
 """
@@ -323,3 +328,66 @@ def test_elect_leaders_restores_preferred_leaders(
     assert {p: v[0] for p, v in shown.items()} == preferred, shown
     served = c.consume(topic_name, [0, 1, 2])
     assert sum(len(m) for m in served.values()) == 300
+
+
+# --- Kafka's own reassignment tool ---------------------------------------------------------------
+
+
+def test_kafka_reassign_partitions_tool_executes_verifies_and_refuses_throttles(
+    cluster: Cluster, topic_name: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from tests.harness.kafka_tools import kafka_tool_runner
+
+    c = cluster
+    kafka_tool = kafka_tool_runner(tmp_path_factory.mktemp("kafka-reassign"))
+    main = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+    c.create_topic(topic_name, replica_assignment=[[1], [2]])
+    c.wait_isr_complete(topic_name, 60)
+    values = [f"kafka-reassign-{i:05d}".encode() for i in range(600)]
+    produce(c, topic_name, values, 2)
+
+    def plan(name: str, assignment: dict[int, list[int]]) -> str:
+        path = c.dir / f"{topic_name}-{name}.json"
+        path.write_text(
+            json.dumps(
+                {
+                    "version": 1,
+                    "partitions": [
+                        {
+                            "topic": topic_name,
+                            "partition": p,
+                            "replicas": r,
+                            "log_dirs": ["any"] * len(r),
+                        }
+                        for p, r in assignment.items()
+                    ],
+                }
+            )
+        )
+        return str(path)
+
+    def tool(*args: str) -> tuple[int, str]:
+        proc = kafka_tool(main, "--bootstrap-server", c.bootstrap, *args)
+        return proc.returncode, proc.stdout + proc.stderr
+
+    # --throttle: refused before anything moves (the throttle is set first, as Kafka's tool does)
+    throttled = plan("throttled", {0: [2, 3]})
+    rc, out = tool("--execute", "--reassignment-json-file", throttled, "--throttle", "1000000")
+    assert rc != 0 and "replication throttles are not implemented" in out, out
+    assert {p: r for p, (_l, r, _i) in c.describe(topic_name).items()} == {0: (1,), 1: (2,)}
+
+    target = plan("target", {0: [3, 2], 1: [3]})
+    rc, out = tool("--execute", "--reassignment-json-file", target)
+    assert rc == 0 and "Successfully started partition reassignments" in out, out
+
+    def verified() -> str | None:
+        rc, out = tool("--verify", "--reassignment-json-file", target)
+        return out if rc == 0 and out.count("is completed") == 2 else None
+
+    out = c.wait_for(verified, 90, "kafka-reassign-partitions --verify reports completion")
+    assert "Clearing broker-level throttles on brokers 1,2,3" in out, out
+    assert f"Clearing topic-level throttles on topic {topic_name}" in out, out
+    view = c.wait_isr_complete(topic_name, 60)
+    assert {p: sorted(r) for p, (_l, r, _i) in view.items()} == {0: [2, 3], 1: [3]}
+    for p, replicas in ((0, [2, 3]), (1, [3])):
+        c.wait_replicas_identical(topic_name, p, replicas, 60)
