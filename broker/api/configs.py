@@ -9,7 +9,8 @@ dynamically is not supported and answers INVALID_REQUEST. Deleting dynamic broke
 (IncrementalAlterConfigs DELETE, or an AlterConfigs of none) succeeds and changes nothing:
 none is ever set, and Kafka answers the deletion of one not set the same way
 (``kafka-reassign-partitions --verify`` deletes the replication throttle rates of every
-broker once a reassignment is complete).
+broker once a reassignment is complete). Broker-logger resources (type 8) describe this
+broker's loggers and change their levels at run time (:mod:`broker.api.broker_loggers`).
 
 Replication throttles are not implemented: a topic's ``leader.replication.throttled.replicas``
 and ``follower.replication.throttled.replicas`` can be deleted (they are never set; the
@@ -27,6 +28,7 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from broker.api import broker_loggers
 from broker.api.authorization import error_message
 from broker.api.context import RequestContext
 from broker.config import BROKER_CONFIGS
@@ -44,6 +46,7 @@ CLIENT_METRICS = 16
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
+SOURCE_DYNAMIC_BROKER_LOGGER = 6
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 THROTTLED_REPLICAS_CONFIGS = frozenset(
     {"leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
@@ -199,6 +202,23 @@ async def handle_describe_configs(
                 entries = _describe_broker(
                     ctx, keys, bool(getattr(request, "include_documentation", False)), entry_cls
                 )
+            elif res.resource_type == BROKER_LOGGER:
+                _check_this_broker(ctx, res)
+                entries = [
+                    registry.build(
+                        entry_cls,
+                        name=name,
+                        value=level,
+                        read_only=False,
+                        config_source=SOURCE_DYNAMIC_BROKER_LOGGER,
+                        is_sensitive=False,
+                        synonyms=(),
+                        config_type=0,  # UNKNOWN, as Kafka leaves it for a logger
+                        documentation=None,
+                    )
+                    for name, level in broker_loggers.loggers().items()
+                    if keys is None or name in keys
+                ]
             else:
                 raise KafkaError(
                     f"resource type {res.resource_type} is not supported", ErrorCode.invalid_request
@@ -255,6 +275,8 @@ async def _alter(ctx: RequestContext, request: Any, incremental: bool) -> Any:
                 raise KafkaError("", refusal)  # Kafka: ApiError(error, null), no message
             if res.resource_type == BROKER and _deletes_only(res, incremental):
                 _check_broker_name(res)
+            elif res.resource_type == BROKER_LOGGER:
+                _alter_loggers(ctx, res, incremental, bool(request.validate_only))
             else:
                 await _alter_topic(ctx, res, incremental, bool(request.validate_only))
             out.append(
@@ -294,6 +316,32 @@ def _check_broker_name(res: Any) -> None:
         raise KafkaError(
             f"broker resource name {name!r} is not a broker id", ErrorCode.invalid_request
         )
+
+
+def _check_this_broker(ctx: RequestContext, res: Any) -> None:
+    """A broker-logger resource names this broker (Kafka's checks and messages)."""
+    name = str(res.resource_name or "")
+    if not name:
+        raise KafkaError("Broker id must not be empty", ErrorCode.invalid_request)
+    if name != str(ctx.services.broker_id):
+        raise KafkaError(
+            f"Unexpected broker id, expected {ctx.services.broker_id} but received {name}",
+            ErrorCode.invalid_request,
+        )
+
+
+def _alter_loggers(ctx: RequestContext, res: Any, incremental: bool, validate_only: bool) -> None:
+    """This broker's log levels (:mod:`broker.api.broker_loggers`)."""
+    if not incremental:
+        raise KafkaError(
+            "AlterConfigs is deprecated and does not support the resource type BROKER_LOGGER",
+            ErrorCode.invalid_request,
+        )
+    _check_this_broker(ctx, res)
+    broker_loggers.alter(
+        ((int(c.config_operation), str(c.name), c.value) for c in res.configs),
+        validate_only=validate_only,
+    )
 
 
 async def _alter_topic(

@@ -12,7 +12,9 @@ check it against the broker's own view (end offsets, the records themselves):
   describe (offsets and lag), list, reset-offsets, delete;
 * ``kafka-e2e-latency`` (EndToEndLatency), which also compares every record it reads back;
 * ``kafka-topics`` (TopicCommand): create, describe, list, alter, delete and its errors;
-* ``kafka-log-dirs`` (LogDirsCommand): every partition's size in its log directory.
+* ``kafka-log-dirs`` (LogDirsCommand): every partition's size in its log directory;
+* ``kafka-configs --entity-type broker-loggers`` (ConfigCommand): the broker's loggers and
+  their levels, changed at run time (what the broker writes follows) and reset.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +39,7 @@ E2E_LATENCY = TOOLS + "EndToEndLatency"
 TOPIC_COMMAND = TOOLS + "TopicCommand"
 GROUP_COMMAND = TOOLS + "consumer.group.ConsumerGroupCommand"
 LOG_DIRS_COMMAND = TOOLS + "LogDirsCommand"
+CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 
 RECORDS = 50_000
 RECORD_SIZE = 100
@@ -398,3 +402,77 @@ def test_log_dirs_command(cluster: Any, kafka_tool: Tool) -> None:
         for p in d["partitions"]
     }
     assert listed == {f"{topic}-0": on_disk(0), f"{topic}-1": on_disk(1)}
+
+
+# --- kafka-configs --entity-type broker-loggers --------------------------------------------------
+
+
+def test_broker_loggers_command(cluster: Any, kafka_tool: Tool) -> None:
+    """Log levels changed at run time, as with Kafka's log4j loggers: ``--describe`` lists
+    the broker's loggers with their effective levels, ``--add-config LOGGER=LEVEL`` sets one
+    (its children follow, and what the broker writes follows), ``--delete-config`` resets
+    it; a bad level and deleting ``root`` are refused with Kafka's messages."""
+    import socket
+    from pathlib import Path
+
+    def configs(*args: str) -> subprocess.CompletedProcess[str]:
+        return kafka_tool(
+            CONFIG_COMMAND,
+            "--bootstrap-server",
+            cluster.bootstrap,
+            "--entity-type",
+            "broker-loggers",
+            "--entity-name",
+            "1",
+            *args,
+        )
+
+    def levels() -> dict[str, str]:
+        out = ok(configs("--describe"))
+        found = re.findall(r"^  (\S+)=(\S+) sensitive=false", out, re.MULTILINE)
+        assert found, out
+        return dict(found)
+
+    def refused_frame_logged() -> bool:
+        """Send a frame whose header does not parse; whether the broker wrote that it closed
+        this connection (INFO, logger broker.network.*)."""
+        with socket.create_connection((cluster.host, cluster.port), timeout=10) as sock:
+            port = sock.getsockname()[1]
+            sock.sendall(b"\x00\x00\x00\x02\xff\xff")
+            assert sock.recv(1) == b""  # closed by the broker
+        marker = f"closing connection 127.0.0.1:{port}:"
+        out = Path(cluster.broker(1)["out"])
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            if marker in out.read_text(errors="replace"):
+                return True
+            time.sleep(0.1)
+        return False
+
+    before = levels()
+    assert {"root", "broker", "broker.network"} <= set(before), sorted(before)[:20]
+    assert before["broker.network"] == before["root"] == "INFO"
+    assert refused_frame_logged()
+
+    assert "Completed updating config" in ok(
+        configs("--alter", "--add-config", "broker.network=WARN")
+    )
+    after = levels()
+    assert after["broker.network"] == "WARN"
+    assert all(v == "WARN" for k, v in after.items() if k.startswith("broker.network.")), after
+    assert after["broker.replication"] == "INFO"
+    assert not refused_frame_logged()
+
+    assert "Completed updating config" in ok(
+        configs("--alter", "--delete-config", "broker.network")
+    )
+    assert levels()["broker.network"] == "INFO"
+    assert refused_frame_logged()
+
+    bad = configs("--alter", "--add-config", "broker.network=LOUD")
+    assert (
+        bad.returncode != 0 and "LOUD as it is not a supported log level" in bad.stdout + bad.stderr
+    )
+    root = configs("--alter", "--delete-config", "root")
+    assert root.returncode != 0
+    assert "Removing the log level of the root logger is not allowed" in root.stdout + root.stderr
