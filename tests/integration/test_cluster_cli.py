@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -97,6 +98,18 @@ def produce(c: Cluster, topic: str, values: list[bytes], partitions: int) -> Non
         p.produce(topic, v, partition=i % partitions, on_delivery=on_delivery)
         p.poll(0)
     assert p.flush(60) == 0 and not errors, errors[:3]
+
+
+def write_plan(c: Cluster, topic: str, name: str, assignment: dict[int, list[int]]) -> Path:
+    """A kafka-reassign-partitions plan ({partition: replicas}, any log dir) in the cluster
+    directory."""
+    plan = c.dir / f"{topic}-{name}.json"
+    partitions = [
+        {"topic": topic, "partition": p, "replicas": r, "log_dirs": ["any"] * len(r)}
+        for p, r in assignment.items()
+    ]
+    plan.write_text(json.dumps({"version": 1, "partitions": partitions}))
+    return plan
 
 
 # --- shared cluster ----------------------------------------------------------------------------
@@ -185,23 +198,7 @@ def test_reassign_moves_replicas_and_increases_rf(cluster: Cluster, topic_name: 
 
     # --execute our own plan: move partition 0 from 1 to 3, grow partition 1 from RF 1 to 3
     target = {0: [3], 1: [2, 3, 1]}
-    plan = c.dir / f"{topic_name}-plan.json"
-    plan.write_text(
-        json.dumps(
-            {
-                "version": 1,
-                "partitions": [
-                    {
-                        "topic": topic_name,
-                        "partition": p,
-                        "replicas": r,
-                        "log_dirs": ["any"] * len(r),
-                    }
-                    for p, r in target.items()
-                ],
-            }
-        )
-    )
+    plan = write_plan(c, topic_name, "plan", target)
     out = c.cli(
         "reassign",
         "--execute",
@@ -346,37 +343,17 @@ def test_kafka_reassign_partitions_tool_executes_verifies_and_refuses_throttles(
     values = [f"kafka-reassign-{i:05d}".encode() for i in range(600)]
     produce(c, topic_name, values, 2)
 
-    def plan(name: str, assignment: dict[int, list[int]]) -> str:
-        path = c.dir / f"{topic_name}-{name}.json"
-        path.write_text(
-            json.dumps(
-                {
-                    "version": 1,
-                    "partitions": [
-                        {
-                            "topic": topic_name,
-                            "partition": p,
-                            "replicas": r,
-                            "log_dirs": ["any"] * len(r),
-                        }
-                        for p, r in assignment.items()
-                    ],
-                }
-            )
-        )
-        return str(path)
-
     def tool(*args: str) -> tuple[int, str]:
         proc = kafka_tool(main, "--bootstrap-server", c.bootstrap, *args)
         return proc.returncode, proc.stdout + proc.stderr
 
     # --throttle: refused before anything moves (the throttle is set first, as Kafka's tool does)
-    throttled = plan("throttled", {0: [2, 3]})
+    throttled = str(write_plan(c, topic_name, "throttled", {0: [2, 3]}))
     rc, out = tool("--execute", "--reassignment-json-file", throttled, "--throttle", "1000000")
     assert rc != 0 and "replication throttles are not implemented" in out, out
     assert {p: r for p, (_l, r, _i) in c.describe(topic_name).items()} == {0: (1,), 1: (2,)}
 
-    target = plan("target", {0: [3, 2], 1: [3]})
+    target = str(write_plan(c, topic_name, "target", {0: [3, 2], 1: [3]}))
     rc, out = tool("--execute", "--reassignment-json-file", target)
     assert rc == 0 and "Successfully started partition reassignments" in out, out
 
