@@ -41,6 +41,7 @@ LEVELS: dict[str, int] = {
     "ALL": 1,
 }
 """Kafka's level names (``Log4jController``'s valid levels) -> Python's levels."""
+_HIGHEST_FIRST = sorted(LEVELS.items(), key=lambda item: -item[1])
 
 OP_SET, OP_DELETE = 0, 1
 
@@ -50,7 +51,7 @@ if logging.getLevelName(TRACE) == f"Level {TRACE}":
 
 def level_name(level: int) -> str:
     """Kafka's name of a Python level (the highest named level not above it)."""
-    for name, value in sorted(LEVELS.items(), key=lambda item: -item[1]):
+    for name, value in _HIGHEST_FIRST:
         if level >= value:
             return name
     return "ALL"

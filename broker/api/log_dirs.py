@@ -102,8 +102,6 @@ def describe(ctx: RequestContext, cls: Any, wanted: set[TopicPartition] | None) 
                         registry.build(topic_cls, name=name, partitions=tuple(parts))
                         for name, parts in topics.items()
                     ),
-                )
-                fields.update(
                     total_bytes=space.f_blocks * space.f_frsize,
                     usable_bytes=space.f_bavail * space.f_frsize,
                 )
