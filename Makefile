@@ -39,11 +39,13 @@ browser:
 	  else echo "chromium missing (needs root and apt-get): the console's browser tests will fail"; fi; }
 
 # The editable install also compiles the C extensions (setup.py): the reader's record
-# decoder, the writer's batch encoder and the broker's request and record checks.
-$(STAMP): pyproject.toml setup.py spark_connector/records/_native_records.c spark_connector/records/_native_batches.c broker/protocol/_record_check.c broker/protocol/_request_check.c broker/log/cleaner/_native_cleaner.c
+# decoder, the writer's batch encoder and the broker's request and record checks. An
+# editable install leaves out millrace-pyspark-path.pth (a wheel has it): copied by hand.
+$(STAMP): pyproject.toml setup.py millrace-pyspark-path.pth millrace_pyspark_path.py spark_connector/records/_native_records.c spark_connector/records/_native_batches.c broker/protocol/_record_check.c broker/protocol/_request_check.c broker/log/cleaner/_native_cleaner.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
+	$(PY) -c "import shutil, sysconfig; shutil.copy('millrace-pyspark-path.pth', sysconfig.get_paths()['purelib'])"
 	@touch $(STAMP)
 
 # From Maven Central into an ignored cache (nothing from Kafka or Spark is committed):
@@ -81,12 +83,12 @@ test-unit: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "unit or property" tests
 
 lint: setup
-	$(VENV)/bin/ruff check broker kafka_security kio_loader spark_connector pyspark_millrace jobs tests bench
-	$(VENV)/bin/ruff format --check broker kafka_security kio_loader spark_connector pyspark_millrace jobs tests bench
+	$(VENV)/bin/ruff check broker kafka_security kio_loader spark_connector pyspark_millrace millrace_pyspark_path.py setup.py jobs tests bench
+	$(VENV)/bin/ruff format --check broker kafka_security kio_loader spark_connector pyspark_millrace millrace_pyspark_path.py setup.py jobs tests bench
 	$(VENV)/bin/mypy
 
 format: setup
-	$(VENV)/bin/ruff format broker kafka_security kio_loader spark_connector pyspark_millrace jobs tests bench
+	$(VENV)/bin/ruff format broker kafka_security kio_loader spark_connector pyspark_millrace millrace_pyspark_path.py setup.py jobs tests bench
 	$(VENV)/bin/ruff check --fix broker kafka_security kio_loader spark_connector pyspark_millrace jobs tests bench
 
 demo: setup
