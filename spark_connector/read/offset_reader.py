@@ -12,8 +12,9 @@ instead of after librdkafka's timeout. A subscribed topic the user may not descr
 listing of all topics, which would read as an empty topic).
 
 Concurrency and pickling: a :class:`KafkaMetadataClient` wraps one librdkafka handle; use it
-from one thread, close it when done (it is a context manager), never pickle it. Readers create
-one per planning call on the driver; executors never use this module.
+from one thread, close it when done (it is a context manager), never pickle it. A batch read
+creates one per planning call on the driver, a streaming query one for its life (in Spark's
+streaming source runner); executors never use this module.
 """
 
 from __future__ import annotations
@@ -42,7 +43,12 @@ class KafkaMetadataClient:
         self._options = options
         self._timeout_s = options.metadata_timeout_ms / 1000
         check_login(options.bootstrap_servers, options.kafka_params, min(self._timeout_s, 30.0))
-        self._consumer = Consumer(options.client_config())
+        config = options.client_config()
+        # A streaming query keeps its client between micro-batches: a broker closing the idle
+        # connection (connections.max.idle.ms) is routine, librdkafka reconnects on the next
+        # look-up, and its default "Disconnected" line on stderr would only alarm.
+        config.setdefault("log.connection.close", False)
+        self._consumer = Consumer(config)
 
     def _unreachable(self, exc: Exception, started: float) -> RuntimeError:
         """The error of a look-up no broker answered, naming the servers, the time waited

@@ -230,3 +230,56 @@ def test_deleted_topic_fails_or_is_skipped(spark: Any, cluster: Any, tmp_path: P
     with pytest.raises(Exception, match="failOnDataLoss"):
         _run_available_now(spark, cluster, topic, checkpoint)
     assert _run_available_now(spark, cluster, topic, checkpoint, failOnDataLoss="false") == []
+
+
+def test_a_query_keeps_one_metadata_client_and_replaces_a_failed_one(
+    cluster_factory: Any,
+) -> None:
+    """The driver-side calls Spark's streaming source runner makes, made directly: one
+    metadata client serves every micro-batch; a look-up while the broker is down fails naming
+    the servers and drops it; once the broker is back the next look-up connects afresh;
+    pickling leaves the client out and ``stop()`` closes it."""
+    import pickle
+    import time
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_connector.datasource import MillraceDataSource
+
+    cluster = cluster_factory()
+    topic = cluster.create_topic("spark-read-stream-kept-client", 2)
+    source = MillraceDataSource(
+        {
+            "kafka.bootstrap.servers": cluster.bootstrap,
+            "subscribe": topic,
+            "startingOffsets": "earliest",
+            "kafka.default.api.timeout.ms": "3000",
+        }
+    )
+    reader = source.streamReader(source.schema())
+    start = reader.initialOffset()
+    assert start == {topic: {"0": 0, "1": 0}}
+    client = reader._metadata
+    assert client is not None
+    _produce(cluster, topic, {0: 3, 1: 2}, "k")
+    assert reader.latestOffset(start, ReadAllAvailable()) == {topic: {"0": 3, "1": 2}}
+    assert reader._metadata is client  # the same client, not one per micro-batch
+    assert pickle.loads(pickle.dumps(reader))._metadata is None
+
+    cluster.stop_broker()
+    with pytest.raises(RuntimeError, match="no broker of kafka.bootstrap.servers"):
+        reader.latestOffset(start, ReadAllAvailable())
+    assert reader._metadata is None
+    cluster.start_broker()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            latest = reader.latestOffset(start, ReadAllAvailable())
+            break
+        except RuntimeError:
+            assert time.monotonic() < deadline, "no look-up succeeded after the restart"
+            time.sleep(0.5)
+    assert latest == {topic: {"0": 3, "1": 2}}
+    assert reader._metadata is not None and reader._metadata is not client
+    reader.stop()
+    assert reader._metadata is None
