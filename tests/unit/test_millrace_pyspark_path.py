@@ -134,6 +134,32 @@ def test_the_installed_hook_runs_in_a_process_started_as_spark_starts_workers() 
     assert Path(imported) == package / "__init__.py"
 
 
+def test_the_pth_left_without_its_module_stays_silent(tmp_path: Path) -> None:
+    """A ``.pth`` whose module is gone (an editable checkout removed, the copied ``.pth``
+    left) must not print an error in every Spark process: it looks before importing."""
+    sitedir = tmp_path / "site"
+    sitedir.mkdir()
+    (sitedir / "millrace-pyspark-path.pth").write_text(
+        (ROOT / "millrace-pyspark-path.pth").read_text()
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "pyspark.zip")}
+    env.pop(OPT_OUT, None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-c",
+            f"import site; site.addsitedir({str(sitedir)!r}); print('up')",
+        ],
+        cwd=tmp_path,  # -S: neither site-packages nor this checkout on sys.path
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert (done.stdout, done.stderr) == ("up\n", "")
+
+
 def test_a_built_wheel_tree_carries_the_pth(tmp_path: Path) -> None:
     """``pip install`` of the project (not editable) installs the .pth with the module:
     ``setup.py``'s ``build_py`` puts both at the top of the built tree."""
