@@ -15,12 +15,15 @@ start anew, as for a new ``spark-submit``):
    (``latestOffset``, ``queryPlanning``, ``addBatch``, ``walCommit``, ...), and the time
    from ``start()`` to the trigger's start (the source's initialisation);
 2. **second query**: the same again in the same session, with a new checkpoint: what a
-   query costs once the workers are warm.
+   query costs once the workers are warm; then, in that query, ``--later`` more micro-batches
+   of ``LATER_RECORDS`` records each (produced one lot at a time into a second, initially
+   empty topic the query also subscribes to, one per query), whose ``latestOffset`` and
+   ``triggerExecution`` medians are what each micro-batch of a running query costs.
 
 Each query is stopped by the benchmark as soon as its first batch has been reported, and
 checked to have read the whole topic. Results: the section "First micro-batch of a streaming
 query" of ``BENCHMARKS.md`` (machine named, medians). Usage: ``python -m bench.first_batch
-[--records N] [--partitions N] [--runs N] [--out F]``; progress on stderr.
+[--records N] [--partitions N] [--runs N] [--later N] [--out F]``; progress on stderr.
 
 Concurrency: the benchmark's main thread only.
 """
@@ -45,6 +48,8 @@ from bench.systems import MillraceSystem
 HEADING = "## First micro-batch of a streaming query"
 FORMATS = ("millrace", "kafka")
 PHASES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
+LATER_RECORDS = 100
+LATER_PHASES = ("latestOffset", "triggerExecution")
 
 
 @dataclass
@@ -55,6 +60,7 @@ class FirstBatch:
     to_trigger: float
     to_end: float
     durations: dict[str, float] = field(default_factory=dict)
+    later: list[dict[str, float]] = field(default_factory=list)  # later batches' durationMs
 
 
 def _spark_time(stamp: str) -> float:
@@ -62,13 +68,55 @@ def _spark_time(stamp: str) -> float:
     return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def first_batch(spark: Any, fmt: str, bootstrap: str, topic: str, expected: int) -> FirstBatch:
-    """Start a query of ``topic`` with ``fmt`` and return its first micro-batch's timing."""
+def _later_batches(
+    q: Any, bootstrap: str, topic: str, batches: int, deadline: float
+) -> list[dict[str, float]]:
+    """Produce ``batches`` lots of ``LATER_RECORDS`` records into ``topic``, each once the
+    query has read the one before, and return the ``durationMs`` of every micro-batch that
+    read any of them."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    seen = len(q.recentProgress)
+    out: list[dict[str, float]] = []
+    for lot in range(batches):
+        for i in range(LATER_RECORDS):
+            producer.produce(topic, b"x" * 100, f"later-{lot}-{i}".encode())
+        if producer.flush(30) != 0:
+            raise SystemExit("later batches: records left unsent")
+        read = 0
+        while read < LATER_RECORDS:
+            if q.exception() is not None:
+                raise SystemExit(f"the query failed: {q.exception()}")
+            if time.monotonic() > deadline:
+                raise SystemExit("the query did not read the later batches in time")
+            progress = q.recentProgress
+            for p in progress[seen:]:
+                if int(p["numInputRows"]) > 0:
+                    read += int(p["numInputRows"])
+                    out.append({k: float(v) for k, v in p["durationMs"].items()})
+            seen = len(progress)
+            time.sleep(0.005)
+    return out
+
+
+def first_batch(
+    spark: Any,
+    fmt: str,
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    later: tuple[str, int] | None = None,
+) -> FirstBatch:
+    """Start a query of ``topic`` with ``fmt`` and return its first micro-batch's timing;
+    with ``later`` = (an empty topic, N), the query also subscribes to that topic and N more
+    micro-batches are timed after the first."""
+    topics = topic if later is None else f"{topic},{later[0]}"
     with tempfile.TemporaryDirectory(prefix="millrace-bench-first-") as ckpt:
         query = (
             spark.readStream.format(fmt)
             .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topic)
+            .option("subscribe", topics)
             .option("startingOffsets", "earliest")
             .load()
             .writeStream.format("noop")
@@ -85,6 +133,7 @@ def first_batch(spark: Any, fmt: str, bootstrap: str, topic: str, expected: int)
                     raise SystemExit(f"the {fmt} query reported no micro-batch in 120 s")
                 time.sleep(0.01)
             first = q.recentProgress[0]
+            after = [] if later is None else _later_batches(q, bootstrap, *later, deadline + 60)
         finally:
             q.stop()
     rows = int(first["numInputRows"])
@@ -96,10 +145,13 @@ def first_batch(spark: Any, fmt: str, bootstrap: str, topic: str, expected: int)
         to_trigger=start - t0,
         to_end=start + durations["triggerExecution"] / 1000 - t0,
         durations=durations,
+        later=after,
     )
 
 
-def run(records: int, partitions: int, runs: int) -> dict[str, dict[str, list[FirstBatch]]]:
+def run(
+    records: int, partitions: int, runs: int, later: int = 0
+) -> dict[str, dict[str, list[FirstBatch]]]:
     """``{format: {"first"|"second": [FirstBatch per run]}}``."""
     from bench.spark_workload import session
 
@@ -119,7 +171,12 @@ def run(records: int, partitions: int, runs: int) -> dict[str, dict[str, list[Fi
                     spark = session()
                     try:
                         for which in ("first", "second"):
-                            fb = first_batch(spark, fmt, system.bootstrap, topic, records)
+                            more = None
+                            if which == "second" and later:
+                                extra = f"first-batch-later-{i}-{fmt}"
+                                system.create_topic(extra, 1, 1)
+                                more = (extra, later)
+                            fb = first_batch(spark, fmt, system.bootstrap, topic, records, more)
                             results[fmt][which].append(fb)
                             progress(
                                 f"run {i + 1}/{runs} {fmt} {which} query: first batch done "
@@ -139,6 +196,8 @@ def _median(values: list[float]) -> float:
 
 def section(results: dict[str, dict[str, list[FirstBatch]]], records: int, partitions: int) -> str:
     runs = len(results["millrace"]["first"])
+    later = {f: [d for fb in results[f]["second"] for d in fb.later] for f in FORMATS}
+    timed_later = bool(later["millrace"] and later["kafka"])
     lines = [
         HEADING,
         "",
@@ -149,7 +208,14 @@ def section(results: dict[str, dict[str, list[FirstBatch]]], records: int, parti
         f"(`local[2]`), {runs} runs alternating which goes first; medians. Seconds from just "
         "before `start()` to the end of micro-batch 0 (its progress's timestamp plus "
         "`triggerExecution`); the *second* query runs in the same session after the first "
-        "(warm Python workers).",
+        "(warm Python workers)"
+        + (
+            f"; its *later micro-batches* read {LATER_RECORDS} new records each (medians over "
+            "every such batch of every run; `latestOffset` is the source's look-up of the new "
+            "end offsets)."
+            if timed_later
+            else "."
+        ),
         "",
         '| | format("millrace") | format("kafka") | difference |',
         "|---|---:|---:|---:|",
@@ -169,6 +235,14 @@ def section(results: dict[str, dict[str, list[FirstBatch]]], records: int, parti
         lines.append(
             f"| first query, batch 0 `{phase}` | {m:.0f} ms | {k:.0f} ms | {m - k:+.0f} ms |"
         )
+    if timed_later:
+        for phase in LATER_PHASES:
+            m = _median([d.get(phase, 0.0) for d in later["millrace"]])
+            k = _median([d.get(phase, 0.0) for d in later["kafka"]])
+            lines.append(
+                f"| second query, later micro-batches: `{phase}` | {m:.0f} ms | {k:.0f} ms "
+                f"| {m - k:+.0f} ms |"
+            )
     target = _median([fb.to_end for fb in results["kafka"]["first"]]) + 0.3
     got = _median([fb.to_end for fb in results["millrace"]["first"]])
     lines += [
@@ -185,12 +259,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--records", type=int, default=10_000)
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--later", type=int, default=10, help="later micro-batches timed (0: none)")
     ap.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
     args = ap.parse_args(argv)
     for name in ("records", "partitions", "runs"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be at least 1")
-    results = run(args.records, args.partitions, args.runs)
+    if args.later < 0:
+        ap.error("--later must be at least 0")
+    results = run(args.records, args.partitions, args.runs, args.later)
     text = section(results, args.records, args.partitions)
     replace_section(args.out, HEADING, text)
     print(text, file=sys.stderr)

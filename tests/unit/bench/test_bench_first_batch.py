@@ -40,3 +40,25 @@ def test_section_reports_medians_difference_and_the_target(monkeypatch: pytest.M
     assert "= 2.30 s; measured 2.20 s: **met**" in text
     results["millrace"]["first"] = [_fb(2.5)] * 3
     assert "measured 2.50 s: **not met**" in first_batch.section(results, 1000, 3)
+
+
+def test_section_reports_later_micro_batches_when_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(first_batch, "commit", lambda: "abc1234")
+    monkeypatch.setattr(first_batch, "machine", lambda: "test machine")
+
+    def second(*later: float) -> FirstBatch:
+        fb = _fb(1.0)
+        fb.later = [{"latestOffset": v, "triggerExecution": 10 * v} for v in later]
+        return fb
+
+    results = {
+        "millrace": {"first": [_fb(2.0)], "second": [second(2.0, 4.0), second(3.0)]},
+        "kafka": {"first": [_fb(2.0)], "second": [second(5.0), second(7.0, 9.0)]},
+    }
+    text = first_batch.section(results, 1000, 3)
+    assert "later micro-batches* read 100 new records each" in text
+    assert "| second query, later micro-batches: `latestOffset` | 3 ms | 7 ms | -4 ms |" in text
+    assert "`triggerExecution` | 30 ms | 70 ms | -40 ms |" in text
+    results["kafka"]["second"] = [_fb(1.0)]  # nothing timed for one format: no rows
+    text = first_batch.section(results, 1000, 3)
+    assert "later micro-batches" not in text
