@@ -20,8 +20,12 @@ start anew, as for a new ``spark-submit``):
    empty topic the query also subscribes to, one per query), whose ``latestOffset`` and
    ``triggerExecution`` medians are what each micro-batch of a running query costs.
 
-Each query is stopped by the benchmark as soon as its first batch has been reported, and
-checked to have read the whole topic. Results: the section "First micro-batch of a streaming
+Each run also times both queries of a do-nothing Python data source (one partition, one
+row, no I/O; registered in its own fresh session): Spark's floor for any Python streaming
+source, the three Python processes and nothing of the connector.
+
+Each query is stopped by the benchmark as soon as its first batch (and its later ones) has
+been reported, and checked to have read the whole topic. Results: the section "First micro-batch of a streaming
 query" of ``BENCHMARKS.md`` (machine named, medians). Usage: ``python -m bench.first_batch
 [--records N] [--partitions N] [--runs N] [--later N] [--out F]``; progress on stderr.
 
@@ -47,6 +51,7 @@ from bench.systems import MillraceSystem
 
 HEADING = "## First micro-batch of a streaming query"
 FORMATS = ("millrace", "kafka")
+FLOOR = "floor"  # a Python data source that does nothing: Spark's floor for any of them
 PHASES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 LATER_RECORDS = 100
 LATER_PHASES = ("latestOffset", "triggerExecution")
@@ -100,6 +105,39 @@ def _later_batches(
     return out
 
 
+def _register_floor(spark: Any) -> str:
+    """Register a streaming Python data source that reads one row from one partition and
+    does nothing else; its name."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    class FloorReader(DataSourceStreamReader):
+        def initialOffset(self) -> dict[str, int]:
+            return {"n": 0}
+
+        def latestOffset(self, start: Any = None, limit: Any = None) -> dict[str, int]:
+            return {"n": 1}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+            return [InputPartition(0)] if start["n"] < end["n"] else []
+
+        def read(self, partition: InputPartition) -> Any:
+            yield ("x",)
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "millrace_bench_floor"
+
+        def schema(self) -> str:
+            return "v string"
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return FloorReader()
+
+    spark.dataSource.register(FloorSource)
+    return FloorSource.name()
+
+
 def first_batch(
     spark: Any,
     fmt: str,
@@ -113,12 +151,17 @@ def first_batch(
     micro-batches are timed after the first."""
     topics = topic if later is None else f"{topic},{later[0]}"
     with tempfile.TemporaryDirectory(prefix="millrace-bench-first-") as ckpt:
+        if fmt == FLOOR:
+            source = spark.readStream.format(_register_floor(spark))
+        else:
+            source = (
+                spark.readStream.format(fmt)
+                .option("kafka.bootstrap.servers", bootstrap)
+                .option("subscribe", topics)
+                .option("startingOffsets", "earliest")
+            )
         query = (
-            spark.readStream.format(fmt)
-            .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribe", topics)
-            .option("startingOffsets", "earliest")
-            .load()
+            source.load()
             .writeStream.format("noop")
             .option("checkpointLocation", str(Path(ckpt) / "q"))
         )
@@ -156,7 +199,7 @@ def run(
     from bench.spark_workload import session
 
     results: dict[str, dict[str, list[FirstBatch]]] = {
-        f: {"first": [], "second": []} for f in FORMATS
+        f: {"first": [], "second": []} for f in (*FORMATS, FLOOR)
     }
     with tempfile.TemporaryDirectory(prefix="millrace-bench-first-") as tmp:
         system = MillraceSystem(Path(tmp) / "millrace", brokers=1)
@@ -166,17 +209,18 @@ def run(
             progress(f"producing {records:,} records into {partitions} partitions")
             produce(system.bootstrap, topic, records)
             for i in range(runs):
-                order = FORMATS if i % 2 == 0 else FORMATS[::-1]
+                order = (*FORMATS, FLOOR) if i % 2 == 0 else (FLOOR, *FORMATS[::-1])
                 for fmt in order:
                     spark = session()
                     try:
                         for which in ("first", "second"):
                             more = None
-                            if which == "second" and later:
+                            if which == "second" and later and fmt != FLOOR:
                                 extra = f"first-batch-later-{i}-{fmt}"
                                 system.create_topic(extra, 1, 1)
                                 more = (extra, later)
-                            fb = first_batch(spark, fmt, system.bootstrap, topic, records, more)
+                            rows = 1 if fmt == FLOOR else records
+                            fb = first_batch(spark, fmt, system.bootstrap, topic, rows, more)
                             results[fmt][which].append(fb)
                             progress(
                                 f"run {i + 1}/{runs} {fmt} {which} query: first batch done "
@@ -245,6 +289,18 @@ def section(results: dict[str, dict[str, list[FirstBatch]]], records: int, parti
             )
     target = _median([fb.to_end for fb in results["kafka"]["first"]]) + 0.3
     got = _median([fb.to_end for fb in results["millrace"]["first"]])
+    floor = results.get(FLOOR, {})
+    if floor.get("first"):
+        first = _median([fb.to_end for fb in floor["first"]])
+        trigger = _median([fb.to_trigger for fb in floor["first"]])
+        second = _median([fb.to_end for fb in floor.get("second", [])])
+        lines += [
+            "",
+            "Spark's floor for any Python streaming source, in the same runs: a Python data "
+            "source that does nothing (one partition, one row, no I/O) ends its first query's "
+            f"micro-batch 0 after {first:.2f} s (trigger began after {trigger:.2f} s), its "
+            f"second query's after {second:.2f} s.",
+        ]
     lines += [
         "",
         f'Target (issue 31, 5): `format("millrace")` first batch <= the JVM source\'s + 0.3 s '

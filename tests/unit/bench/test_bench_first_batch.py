@@ -62,3 +62,19 @@ def test_section_reports_later_micro_batches_when_timed(monkeypatch: pytest.Monk
     results["kafka"]["second"] = [_fb(1.0)]  # nothing timed for one format: no rows
     text = first_batch.section(results, 1000, 3)
     assert "later micro-batches" not in text
+
+
+def test_section_reports_the_python_source_floor_when_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(first_batch, "commit", lambda: "abc1234")
+    monkeypatch.setattr(first_batch, "machine", lambda: "test machine")
+    results = {
+        "millrace": {"first": [_fb(2.0)], "second": [_fb(1.0)]},
+        "kafka": {"first": [_fb(1.5)], "second": [_fb(1.2)]},
+    }
+    assert "Spark's floor" not in first_batch.section(results, 1000, 3)
+    results[first_batch.FLOOR] = {"first": [_fb(1.4), _fb(1.6), _fb(9.0)], "second": [_fb(0.6)]}
+    text = first_batch.section(results, 1000, 3)
+    assert "ends its first query's micro-batch 0 after 1.60 s (trigger began after 0.10 s)" in text
+    assert "its second query's after 0.60 s." in text
