@@ -4,7 +4,7 @@ batch producer, the transaction client and the fetcher share.
 Theory of operation
 -------------------
 A :class:`Cluster` starts from the bootstrap servers (``kafka.bootstrap.servers``). It learns
-the brokers and each topic's partitions and leaders from Metadata (v9, through ``kio``),
+the brokers and each topic's partitions and leaders from Metadata (v9, encoded by hand),
 keeps one blocking :class:`~spark_connector.kafka.connection.Connection` per broker address,
 and finds group and transaction coordinators with FindCoordinator (v3). Any request that any
 broker can answer (:meth:`Cluster.any_broker`) goes to the bootstrap servers first, then to
@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from spark_connector.kafka import metadata_codec
 from spark_connector.kafka.connection import Connection, parse_bootstrap
 from spark_connector.kafka.errors import (
     COORDINATOR_MOVED,
@@ -164,8 +165,13 @@ class Cluster:
     def send(self, address: tuple[str, int], entity: Any) -> Any:
         """``entity`` (a kio request) to ``address``, its decoded response; a failed exchange
         drops the connection and raises ``ConnectionError``."""
+        return self._exchange(address, lambda conn: conn.request(entity))
+
+    def _exchange(self, address: tuple[str, int], ask: Callable[[Connection], T]) -> T:
+        """``ask(connection)`` on the connection to ``address``: its answer, or, when the
+        exchange fails, the connection dropped and ``ConnectionError`` raised."""
         try:
-            response = self.connection(address).request(entity)
+            response = ask(self.connection(address))
         except WIRE_ERRORS as exc:
             self.drop(address)
             raise ConnectionError(f"{address[0]}:{address[1]}: {_describe(exc)}") from exc
@@ -178,10 +184,13 @@ class Cluster:
     def any_broker(self, entity: Any) -> Any:
         """``entity`` answered by whichever broker answers first (the bootstrap servers, then
         the other brokers the cluster listed); :class:`Unreachable` when none does."""
+        return self._first_answer(lambda conn: conn.request(entity))
+
+    def _first_answer(self, ask: Callable[[Connection], T]) -> T:
         tried: list[str] = []
         for address in dict.fromkeys([*self.bootstrap, *self.brokers.values()]):
             try:
-                return self.send(address, entity)
+                return self._exchange(address, ask)
             except ConnectionError as exc:
                 tried.append(str(exc))
         raise Unreachable("; ".join(tried))
@@ -190,29 +199,22 @@ class Cluster:
 
     def refresh(self, topics: Iterable[str] | None = (), *, auto_create: bool = False) -> None:
         """Metadata for ``topics`` (None: every topic; empty: brokers only): updates
-        :attr:`brokers` and :attr:`topics`."""
-        from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
-        from kio.schema.types import TopicName
-
+        :attr:`brokers` and :attr:`topics` (v9, encoded by hand:
+        :mod:`~spark_connector.kafka.metadata_codec`)."""
         names = None if topics is None else sorted(set(topics))
-        response = self.any_broker(
-            MetadataRequest(
-                topics=None
-                if names is None
-                else tuple(MetadataRequestTopic(name=TopicName(t)) for t in names),
-                allow_auto_topic_creation=auto_create,
-                include_cluster_authorized_operations=False,
-                include_topic_authorized_operations=False,
-            )
-        )
-        self.brokers = {int(b.node_id): (str(b.host), int(b.port)) for b in response.brokers}
-        self.controller = int(response.controller_id)
-        for t in response.topics:
-            info = TopicInfo(str(t.name), int(t.error_code))
-            for p in t.partitions:
-                info.partitions[int(p.partition_index)] = PartitionInfo(
-                    int(p.leader_id), int(p.leader_epoch)
-                )
+        body = metadata_codec.encode_request(names, auto_create=auto_create)
+
+        def ask(conn: Connection) -> metadata_codec.MetadataAnswer:
+            conn.send(metadata_codec.METADATA, metadata_codec.METADATA_VERSION, body, flexible=True)
+            return metadata_codec.decode_response(bytes(conn.receive()))
+
+        answer = self._first_answer(ask)
+        self.brokers = answer.brokers
+        self.controller = answer.controller
+        for t in answer.topics:
+            info = TopicInfo(t.name, t.error)
+            for index, (leader, epoch) in t.partitions.items():
+                info.partitions[index] = PartitionInfo(leader, epoch)
             self.topics[info.name] = info
 
     def partition_count(self, topic: str) -> int:

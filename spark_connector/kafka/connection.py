@@ -2,9 +2,9 @@
 
 :class:`Connection` sends requests and reads their responses over one TCP connection:
 ``request(entity)`` for a ``kio`` request entity (encoded and decoded by kio, generated from
-Kafka's JSON schemas; the cold paths: metadata, offsets, transactions), and
-``send(api_key, version, body)`` / ``receive()`` for hand-encoded requests on a hot path
-(the reader's Fetch), which may keep several requests in flight: Kafka answers the requests
+Kafka's JSON schemas; the cold paths: coordinators, offsets, transactions), and
+``send(api_key, version, body)`` / ``receive()`` for hand-encoded requests on a hot or a
+first path (the reader's Fetch and ListOffsets, Metadata), which may keep several requests in flight: Kafka answers the requests
 of one connection in the order they were sent.
 
 Frames are Kafka's: a big-endian int32 size, then a request header v1 (``api_key`` int16,
@@ -97,7 +97,10 @@ class Connection:
         self._correlation = 0
         self._in_flight: list[int] = []
         self._ssl: ssl.SSLSocket | None = None
-        raw = socket.create_connection((host, port), timeout=timeout_s)
+        # an ASCII host as bytes: a str makes getaddrinfo encode it with the "idna" codec,
+        # whose import costs a fresh Spark worker several ms before its first request
+        wire_host: str | bytes = host.encode("ascii") if host.isascii() else host
+        raw = socket.create_connection((wire_host, port), timeout=timeout_s)  # type: ignore[arg-type]
         self._sock: socket.socket = raw
         try:
             raw.settimeout(timeout_s)

@@ -276,3 +276,39 @@ def test_millrace_local_fetch_is_listed_only_to_millrace_clients(cluster: Any) -
         conn.close()
     # throttle time, then the top-level error: INVALID_REQUEST (42)
     assert struct.unpack_from(">h", frame, 8)[0] == 42
+
+
+def test_a_fresh_processs_first_read_loads_no_generated_protocol_code(
+    system: Any, topic_name: str
+) -> None:
+    """A Spark task is often the first thing a new Python worker does: its leader look-up
+    (Metadata, encoded by hand) must not import kio's serializer and schemas, nor the "idna"
+    codec (a host name given to getaddrinfo as str), which together took ~40 ms of the first
+    micro-batch in each new worker. Against both systems, in a new interpreter."""
+    import subprocess
+    import sys
+
+    bootstrap, create_topic, _name = system
+    topic = f"{topic_name}-fresh"
+    create_topic(topic, {})
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        p.produce(topic, value=b"v%d" % i, partition=0)
+    assert p.flush(30) == 0
+    script = (
+        "import sys\n"
+        "from spark_connector.read.consumer import read_range, record_schema\n"
+        "from spark_connector.read.options import parse_read_options\n"
+        "from spark_connector.read.planner import OffsetRange\n"
+        f"o = parse_read_options({{'kafka.bootstrap.servers': {bootstrap!r}, "
+        f"'subscribe': {topic!r}}}, streaming=False)\n"
+        f"rows = sum(b.num_rows for b in read_range(o, OffsetRange({topic!r}, 0, 0, 10), "
+        "record_schema(False)))\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(('kio.serial', 'kio.schema', "
+        "'encodings.idna')))\n"
+        "print(rows, loaded)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert out.strip() == "10 []", out
