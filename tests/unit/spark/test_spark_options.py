@@ -237,3 +237,22 @@ def test_local_reads_default_on_and_can_be_turned_off() -> None:
     assert parse_read_options(BASE, streaming=False).local_reads is True
     off = parse_read_options({**BASE, "localReads": "FALSE"}, streaming=True)
     assert off.local_reads is False
+
+
+def test_the_lookup_client_shortens_librdkafkas_first_reconnect_pause_unless_told() -> None:
+    from confluent_kafka import Consumer
+
+    from spark_connector.read.offset_reader import FIRST_RECONNECT_BACKOFF_MS, lookup_config
+
+    def config(**kafka: str) -> dict[str, object]:
+        options = {**BASE, **{f"kafka.{k.replace('_', '.')}": v for k, v in kafka.items()}}
+        return lookup_config(parse_read_options(options, streaming=True))
+
+    assert config()["reconnect.backoff.ms"] == FIRST_RECONNECT_BACKOFF_MS
+    assert config()["log.connection.close"] is False
+    assert config(reconnect_backoff_ms="250")["reconnect.backoff.ms"] == "250"
+    # never above the user's ceiling, which librdkafka would refuse ("must be >=")
+    capped = config(reconnect_backoff_max_ms="5")
+    assert capped["reconnect.backoff.ms"] == 5
+    for conf in (config(), capped):
+        Consumer(conf).close()  # librdkafka accepts it (no broker needed to create one)
