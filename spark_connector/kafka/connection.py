@@ -40,7 +40,7 @@ from spark_connector.kafka.errors import AuthenticationError
 if TYPE_CHECKING:
     from kafka_security.client_security import ClientSecurity
 
-__all__ = ["Connection", "parse_bootstrap", "read_uvarint", "skip_tagged_fields"]
+__all__ = ["Connection", "parse_bootstrap", "read_uvarint", "skip_tagged_fields", "write_uvarint"]
 
 _FRAME_HEAD = struct.Struct(">hhih")
 
@@ -69,6 +69,16 @@ def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, in
         if not b & 0x80:
             return result, pos
         shift += 7
+
+
+def write_uvarint(value: int) -> bytes:
+    """``value`` (>= 0) as an unsigned varint."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from spark_connector.kafka.connection import read_uvarint, skip_tagged_fields
+from spark_connector.kafka.connection import read_uvarint, skip_tagged_fields, write_uvarint
 
 __all__ = [
     "METADATA",
@@ -68,25 +68,16 @@ class MetadataAnswer:
     topics: list[TopicAnswer]
 
 
-def _uvarint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def encode_request(topics: list[str] | None, *, auto_create: bool = False) -> bytes:
     """The request body for ``topics`` (None: every topic; empty: brokers only)."""
     parts: list[bytes] = []
     if topics is None:
         parts.append(b"\x00")  # null array
     else:
-        parts.append(_uvarint_bytes(len(topics) + 1))
+        parts.append(write_uvarint(len(topics) + 1))
         for name in topics:
             raw = name.encode("utf-8")
-            parts += (_uvarint_bytes(len(raw) + 1), raw, b"\x00")
+            parts += (write_uvarint(len(raw) + 1), raw, b"\x00")
     parts.append(bytes((int(auto_create), 0, 0, 0)))  # three bools, then no tagged fields
     return b"".join(parts)
 
