@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from broker.cli.demo.spark_jobs import python_workers
+from broker.cli.demo.spark_jobs import task_workers
 from tests.harness.processes import pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,15 +56,6 @@ def _stat(pid: int) -> tuple[int, int, str] | None:
     return int(fields[1]), int(fields[19]), fields[0]
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        )
-    except OSError:
-        return ""
-
-
 def descendants(root: int) -> dict[int, int]:
     """Every live descendant of ``root`` (not ``root`` itself): pid -> start time."""
     stats: dict[int, tuple[int, int, str]] = {}
@@ -84,14 +75,6 @@ def descendants(root: int) -> dict[int, int]:
             out[pid] = stats[pid][1]
             todo += children.get(pid, [])
     return out
-
-
-def task_workers(root: int) -> list[int]:
-    """The executor side's Python workers under ``root``: processes forked by the
-    ``pyspark.daemon`` of ``pyspark.worker`` (they run tasks: here, Python data source
-    reads). The daemons of the driver's planning workers (``pyspark.sql.worker.*``) are
-    left out, as are the daemons themselves."""
-    return [pid for pid in python_workers(root) if _cmdline(pid).split()[-1:] == ["pyspark.worker"]]
 
 
 class SparkSubmit:

@@ -222,9 +222,31 @@ def python_workers(root_pid: int) -> list[int]:
     ]
 
 
+def task_workers(root_pid: int) -> list[int]:
+    """The executors' Python workers under ``root_pid``: forked by the ``pyspark.daemon`` of
+    ``pyspark.worker`` (they run tasks; a forked worker keeps its daemon's command line).
+    The daemons of the driver's planning and commit workers (``pyspark.daemon
+    pyspark.sql.worker.*``: a Python data source's read planner, its streaming sink's commit
+    and abort) are left out: killing those fails the driver's step itself, which Spark
+    does not retry."""
+    out = []
+    for pid in python_workers(root_pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if [a for a in args if a][-1:] == [b"pyspark.worker"]:
+            out.append(pid)
+    return out
+
+
 def _kill_once_mid_write(bootstrap: str) -> Callable[[int], None]:
     """A ``during`` callback: the first time a write task of the job holds an open
-    transaction, SIGKILL the job's Python workers (Spark retries their tasks)."""
+    transaction, SIGKILL the executors' Python workers (Spark retries their tasks). Only
+    the executors' (:func:`task_workers`): the driver's commit of a micro-batch also runs
+    in a forked Python worker, while the tasks' transactions are still open, and killing it
+    failed the batch (Spark aborts it and stops the query) in about one demo run in ten."""
     from spark_connector.kafka.transactions import TxnClient
 
     state = {"killed": False}
@@ -239,7 +261,7 @@ def _kill_once_mid_write(bootstrap: str) -> Callable[[int], None]:
             return
         if not open_txns:
             return
-        workers = python_workers(pid)
+        workers = task_workers(pid)
         for worker in workers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(worker, signal.SIGKILL)
