@@ -71,9 +71,12 @@ def daemons(tmp_path: Path) -> Iterator[dict[str, tuple[int, int]]]:
 def test_only_the_executors_workers_are_task_workers(
     daemons: dict[str, tuple[int, int]],
 ) -> None:
+    # this process may hold Spark's own workers too (a test session's SparkSession): only
+    # the stand-ins are looked at
     root = os.getpid()
     forked = {child for _daemon, child in daemons.values()}
+    started = {daemon for daemon, _child in daemons.values()}
     assert forked <= set(python_workers(root))  # every daemon's children, as before
-    assert task_workers(root) == [daemons["pyspark.worker"][1]]
+    assert set(task_workers(root)) & (forked | started) == {daemons["pyspark.worker"][1]}
     # the daemons themselves are never candidates
-    assert not {daemon for daemon, _child in daemons.values()} & set(python_workers(root))
+    assert not started & set(python_workers(root))
