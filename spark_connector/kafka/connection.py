@@ -4,8 +4,8 @@
 ``request(entity)`` for a ``kio`` request entity (encoded and decoded by kio, generated from
 Kafka's JSON schemas; the cold paths: coordinators, offsets, transactions), and
 ``send(api_key, version, body)`` / ``receive()`` for hand-encoded requests on a hot or a
-first path (the reader's Fetch and ListOffsets, Metadata), which may keep several requests in flight: Kafka answers the requests
-of one connection in the order they were sent.
+first path (the reader's Fetch and ListOffsets, Metadata), which may keep several requests
+in flight: Kafka answers the requests of one connection in the order they were sent.
 
 Frames are Kafka's: a big-endian int32 size, then a request header v1 (``api_key`` int16,
 ``api_version`` int16, ``correlation_id`` int32, ``client_id`` string, plus an empty tagged

@@ -10,11 +10,11 @@ then, with ``spark-submit``: ``jobs/enrich_exactly_once.py`` copies the events, 
 exactly once to ``demo-enriched`` with the consumed offsets committed in the same
 transactions, while the demo SIGKILLs the executors' Python workers once in the middle of a
 write (Spark retries the tasks; the output still holds every event exactly once and the
-group's offsets are at the input's end); ``jobs/stream_counts.py`` upserts the counts per user per minute exactly
-once into the compacted topic ``demo-counts``, shown as a table (``millrace table``) whose
-counts add up to the events; ``jobs/topic_to_delta.py`` lands the events in a Delta Lake
-table (Delta's jars from ``make setup``), checking it holds every event once
-(``--no-spark`` skips the Spark part).
+group's offsets are at the input's end); ``jobs/stream_counts.py`` upserts the counts per
+user per minute exactly once into the compacted topic ``demo-counts``, shown as a table
+(``millrace table``) whose counts add up to the events; ``jobs/topic_to_delta.py`` lands the
+events in a Delta Lake table (Delta's jars from ``make setup``), checking it holds every
+event once (``--no-spark`` skips the Spark part).
 
 The cluster is always stopped (``millrace cluster down``), also on failure, Ctrl-C or
 SIGTERM; any process still alive afterwards whose pid is in ``cluster.json`` is killed by pid.
