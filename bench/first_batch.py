@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
 import sys
 import tempfile
 import time
@@ -44,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.basics import progress
+from bench.basics import median_or_nan, progress
 from bench.boundaries import produce
 from bench.common import ROOT, commit, machine, replace_section
 from bench.systems import MillraceSystem
@@ -234,10 +233,6 @@ def run(
     return results
 
 
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
 def section(results: dict[str, dict[str, list[FirstBatch]]], records: int, partitions: int) -> str:
     runs = len(results["millrace"]["first"])
     later = {f: [d for fb in results[f]["second"] for d in fb.later] for f in FORMATS}
@@ -265,35 +260,35 @@ def section(results: dict[str, dict[str, list[FirstBatch]]], records: int, parti
         "|---|---:|---:|---:|",
     ]
     for which in ("first", "second"):
-        m = _median([fb.to_end for fb in results["millrace"][which]])
-        k = _median([fb.to_end for fb in results["kafka"][which]])
+        m = median_or_nan([fb.to_end for fb in results["millrace"][which]])
+        k = median_or_nan([fb.to_end for fb in results["kafka"][which]])
         lines.append(
             f"| {which} query: first batch done after | {m:.2f} s | {k:.2f} s | {m - k:+.2f} s |"
         )
-    m = _median([fb.to_trigger for fb in results["millrace"]["first"]])
-    k = _median([fb.to_trigger for fb in results["kafka"]["first"]])
+    m = median_or_nan([fb.to_trigger for fb in results["millrace"]["first"]])
+    k = median_or_nan([fb.to_trigger for fb in results["kafka"]["first"]])
     lines.append(f"| first query: trigger began after | {m:.2f} s | {k:.2f} s | {m - k:+.2f} s |")
     for phase in PHASES:
-        m = _median([fb.durations.get(phase, 0.0) for fb in results["millrace"]["first"]])
-        k = _median([fb.durations.get(phase, 0.0) for fb in results["kafka"]["first"]])
+        m = median_or_nan([fb.durations.get(phase, 0.0) for fb in results["millrace"]["first"]])
+        k = median_or_nan([fb.durations.get(phase, 0.0) for fb in results["kafka"]["first"]])
         lines.append(
             f"| first query, batch 0 `{phase}` | {m:.0f} ms | {k:.0f} ms | {m - k:+.0f} ms |"
         )
     if timed_later:
         for phase in LATER_PHASES:
-            m = _median([d.get(phase, 0.0) for d in later["millrace"]])
-            k = _median([d.get(phase, 0.0) for d in later["kafka"]])
+            m = median_or_nan([d.get(phase, 0.0) for d in later["millrace"]])
+            k = median_or_nan([d.get(phase, 0.0) for d in later["kafka"]])
             lines.append(
                 f"| second query, later micro-batches: `{phase}` | {m:.0f} ms | {k:.0f} ms "
                 f"| {m - k:+.0f} ms |"
             )
-    target = _median([fb.to_end for fb in results["kafka"]["first"]]) + 0.3
-    got = _median([fb.to_end for fb in results["millrace"]["first"]])
+    target = median_or_nan([fb.to_end for fb in results["kafka"]["first"]]) + 0.3
+    got = median_or_nan([fb.to_end for fb in results["millrace"]["first"]])
     floor = results.get(FLOOR, {})
     if floor.get("first"):
-        first = _median([fb.to_end for fb in floor["first"]])
-        trigger = _median([fb.to_trigger for fb in floor["first"]])
-        second = _median([fb.to_end for fb in floor.get("second", [])])
+        first = median_or_nan([fb.to_end for fb in floor["first"]])
+        trigger = median_or_nan([fb.to_trigger for fb in floor["first"]])
+        second = median_or_nan([fb.to_end for fb in floor.get("second", [])])
         lines += [
             "",
             "Spark's floor for any Python streaming source, in the same runs: a Python data "

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bench import loadgen
-from bench.basics import progress
+from bench.basics import median_or_nan, progress
 from bench.common import ROOT, commit, machine
 from bench.compare import both, orders
 from bench.systems import System
@@ -62,7 +62,6 @@ _LINK_HEADER = {
     113: 16,
     0: 4,
 }  # Ethernet (what tcpdump writes for lo), Linux cooked, BSD loopback
-_CRC = slice(17, 21)  # a batch's CRC: after base offset, length, leader epoch and magic
 _API = struct.Struct(">h")
 _CORRELATION = struct.Struct(">i")
 FLEXIBLE_PRODUCE = 9
@@ -122,7 +121,7 @@ def produce_crcs(payload: bytes) -> tuple[int, list[bytes]] | None:
             pos = skip_tagged_fields(frame, pos)
         request = produce_codec.decode_request(header.api_version, frame, pos)
         crcs = [
-            bytes(records[batch.position + _CRC.start : batch.position + _CRC.stop])
+            batch.crc.to_bytes(4, "big")
             for topic in request.topic_data
             for part in topic.partition_data
             if (records := part.records) is not None
@@ -156,13 +155,14 @@ def analyze(packets: list[Packet], port: int) -> Anatomy:
     """Take the traffic to and from the broker at ``port`` apart (see the module docstring).
     The consumer's connections are those that send Fetch requests, the producer's those
     that send Produce requests."""
-    fetchers = {p.src_port for p in packets if p.dst_port == port and request_api(p.payload) == 1}
-    producers = {p.src_port for p in packets if p.dst_port == port and request_api(p.payload) == 0}
+    apis = [request_api(p.payload) if p.dst_port == port else None for p in packets]
+    fetchers = {p.src_port for p, api in zip(packets, apis, strict=True) if api == 1}
+    producers = {p.src_port for p, api in zip(packets, apis, strict=True) if api == 0}
     wire = _Wire()
-    for p in packets:
-        if p.dst_port == port and p.src_port in fetchers and request_api(p.payload) == 1:
+    for p, api in zip(packets, apis, strict=True):
+        if api == 1 and p.src_port in fetchers:
             wire.fetch_request(p)
-        elif p.dst_port == port and p.src_port in producers and request_api(p.payload) == 0:
+        elif api == 0 and p.src_port in producers:
             wire.produce_request(p)
         elif p.src_port == port and p.dst_port in producers:
             wire.produce_response(p)
@@ -216,10 +216,6 @@ class _Wire:
             else:
                 self.out.not_parked_us.append((p.time - produced) * 1e6)
         self.waiting = kept
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
 
 
 def capture(system: System, rate: int, seconds: float, capture_s: float, dump: Path) -> Anatomy:
@@ -297,11 +293,11 @@ def report(results: dict[str, list[Anatomy]], args: argparse.Namespace) -> str:
     for name, rounds in results.items():
 
         def med(pick: str, runs: list[Anatomy] = rounds) -> float:
-            return statistics.median(_median(getattr(r, pick)) for r in runs)
+            return statistics.median(median_or_nan(getattr(r, pick)) for r in runs)
 
         share = statistics.median(r.not_parked_share for r in rounds)
         packets = statistics.median(
-            _median([float(n) for n in r.packets_per_response]) for r in rounds
+            median_or_nan([float(n) for n in r.packets_per_response]) for r in rounds
         )
         end_to_end = statistics.median(r.end_to_end_p50_us for r in rounds)
         lines.append(
