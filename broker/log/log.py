@@ -657,12 +657,20 @@ class Log:
     def truncate_to(self, offset: int) -> None:
         """Remove every batch holding an offset ``>= offset`` (a batch straddling ``offset``
         goes entirely, so the new log end may be below ``offset``). Segments, indexes, the
-        epoch cache and producer state follow. No-op if ``offset >= log_end_offset``."""
+        epoch cache and producer state follow.
+
+        With ``offset >= log_end_offset`` no batch goes, but the epoch cache still loses its
+        entries starting at or after the log end, as in Kafka's ``UnifiedLog.truncateTo``: a
+        broker that became leader (its epoch assigned at the log end) and lost leadership
+        before appending anything keeps an epoch the new leader never had; a follower naming
+        it as its last fetched epoch is told it diverges, truncates to where it already
+        ends, and would be told so again forever."""
         local = self._local
         local.check_open()
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         if offset >= local.log_end_offset:
+            self.leader_epoch_cache.truncate_from_end(local.log_end_offset)
             return
         if offset < local.log_segments.first.base_offset:
             self.truncate_fully_and_start_at(offset)

@@ -459,8 +459,11 @@ class ReplicaManager:
         if fully:
             partition.log.truncate_fully_and_start_at(offset)
             partition.high_watermark = offset
-        elif offset < partition.log.log_end_offset:
-            log.info("%s: follower truncating to %d", tp, offset)
+        else:
+            if offset < partition.log.log_end_offset:
+                log.info("%s: follower truncating to %d", tp, offset)
+            # at or past the log end: no record goes, but an epoch entry at the log end
+            # (this broker led and appended nothing) does (Log.truncate_to)
             partition.truncate_to(offset)
 
     def append_as_follower(

@@ -36,7 +36,8 @@ Batch = tuple[int, int, bytes]  # (leader epoch, record count, value tag)
 
 class LogSink:
     """The FollowerSink of the fetcher, over one real follower log (as the replica manager's
-    ``truncate_follower`` does: a truncation at or past the log end is a no-op)."""
+    ``truncate_follower`` does: a truncation at or past the log end removes no record, only
+    epoch entries starting at the log end; ``truncations`` lists those that cut records)."""
 
     def __init__(self, log: Log) -> None:
         self.log = log
@@ -54,7 +55,7 @@ class LogSink:
         assert not fully
         if offset < self.log.log_end_offset:
             self.truncations.append(offset)
-            self.log.truncate_to(offset)
+        self.log.truncate_to(offset)
 
     def append_as_follower(
         self, tp: TopicPartition, records_bytes: bytes, leader_hw: int, leader_log_start: int

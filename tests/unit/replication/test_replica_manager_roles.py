@@ -21,6 +21,7 @@ from broker.log.log_manager import LogManager
 from broker.protocol import records
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.alter_isr_manager import IsrWrite
+from broker.replication.fetcher import FetcherConfig, FetchState, LeaderFetcher
 from broker.replication.replica_manager import (
     FetchRequestPartition,
     FetchResult,
@@ -674,6 +675,52 @@ def test_a_fetch_with_a_diverging_last_epoch_gets_the_leaders_end_of_it(tmp_path
         assert unknown.error == ErrorCode.offset_out_of_range
 
     _run(scenario)
+
+
+def test_an_epoch_led_without_appending_is_dropped_when_the_new_leader_says_so(
+    tmp_path: Path,
+) -> None:
+    """A broker that became leader (its epoch assigned at its log end) and lost leadership
+    before anything was appended keeps an epoch the new leader never had. Named as its last
+    fetched epoch, the new leader answers a divergence at the log end it already has; the
+    truncation there must drop that epoch (Kafka's ``UnifiedLog.truncateTo``), or every later
+    fetch diverges again and the follower never rejoins the ISR (found by ``make fault``,
+    pause-broker, 2026-11-29: a follower looped on the divergence for minutes)."""
+    stale = Broker(tmp_path / "stale")
+    new = Broker(tmp_path / "new")
+    for rm in (stale.rm, new.rm):
+        rm.become_leader_or_follower(
+            1, [_spec(leader=1, epoch=1)], LEADER_ADDRESSES, lambda _topic: LogConfig()
+        )
+        assert asyncio.run(_produce(rm, 3, acks=1)) == (ErrorCode.none, 0)  # epoch 1: 0..2
+    stale.apply(1, _spec(leader=1, epoch=9))  # led epoch 9, appended nothing
+    stale.apply(1, _spec(leader=2, epoch=10))  # follows the new leader now
+    new.apply(1, _spec(leader=1, epoch=10))
+    assert stale.rm.follower_fetch_position(TP) == (3, 0, 9)
+
+    async def fetch_from_new() -> FetchResult:
+        leo, _start, last_epoch = stale.rm.follower_fetch_position(TP) or (0, 0, -1)
+        [result] = await new.rm.fetch(
+            [FetchRequestPartition(TP, leo, 1 << 20, 10, last_epoch)],
+            max_wait_ms=0,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            replica_id=2,
+        )
+        return result
+
+    assert _run(fetch_from_new).diverging_epoch == (1, 3)
+    # the follower's truncation, answered from the new leader's epoch cache
+    fetcher = LeaderFetcher(2, "127.0.0.1", 19092, stale.rm, FetcherConfig(broker_id=1))
+    state = FetchState(10, needs_truncation=True)
+    epoch, end = new.rm.partitions[TP].log.leader_epoch_cache.end_offset_for(9)
+    assert (epoch, end) == (1, 3)
+    fetcher._apply_truncation(TP, state, 9, epoch, end)
+    assert not state.needs_truncation
+    assert stale.rm.follower_fetch_position(TP) == (3, 0, 1)  # no record lost, epoch 9 gone
+    assert stale.rm.partitions[TP].log.leader_epoch_cache.entries == [(1, 0)]
+    again = _run(fetch_from_new)
+    assert again.diverging_epoch is None and again.error == ErrorCode.none
 
 
 def test_a_fetch_waiting_on_many_partitions_answers_the_one_appended_to(tmp_path: Path) -> None:
