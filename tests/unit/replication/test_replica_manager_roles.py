@@ -131,11 +131,20 @@ async def _produce(
 
 
 async def _fetch(
-    rm: ReplicaManager, offset: int, *, replica_id: int = -1, tp: TopicPartition = TP
+    rm: ReplicaManager,
+    offset: int,
+    *,
+    replica_id: int = -1,
+    tp: TopicPartition = TP,
+    leader_epoch: int = -1,
+    last_epoch: int = -1,
+    max_wait_ms: int = 0,
 ) -> FetchResult:
+    """One partition's fetch (``leader_epoch``, ``last_epoch``: the request's current
+    leader epoch and last fetched epoch, -1 unset)."""
     [result] = await rm.fetch(
-        [FetchRequestPartition(tp, offset, 1 << 20)],
-        max_wait_ms=0,
+        [FetchRequestPartition(tp, offset, 1 << 20, leader_epoch, last_epoch)],
+        max_wait_ms=max_wait_ms,
         min_bytes=1,
         max_bytes=1 << 20,
         replica_id=replica_id,
@@ -648,14 +657,9 @@ def test_a_fetch_with_a_diverging_last_epoch_gets_the_leaders_end_of_it(tmp_path
     p = b.rm.partitions[TP]
 
     async def fetch(offset: int, last_epoch: int) -> FetchResult:
-        [result] = await b.rm.fetch(
-            [FetchRequestPartition(TP, offset, 1 << 20, 2, last_epoch)],
-            max_wait_ms=500,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            replica_id=2,
+        return await _fetch(
+            b.rm, offset, replica_id=2, leader_epoch=2, last_epoch=last_epoch, max_wait_ms=500
         )
-        return result
 
     async def scenario() -> None:
         assert await _produce(b.rm, 3, acks=1) == (ErrorCode.none, 0)  # epoch 2: 0..2
@@ -700,14 +704,7 @@ def test_an_epoch_led_without_appending_is_dropped_when_the_new_leader_says_so(
 
     async def fetch_from_new() -> FetchResult:
         leo, _start, last_epoch = stale.rm.follower_fetch_position(TP) or (0, 0, -1)
-        [result] = await new.rm.fetch(
-            [FetchRequestPartition(TP, leo, 1 << 20, 10, last_epoch)],
-            max_wait_ms=0,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            replica_id=2,
-        )
-        return result
+        return await _fetch(new.rm, leo, replica_id=2, leader_epoch=10, last_epoch=last_epoch)
 
     assert _run(fetch_from_new).diverging_epoch == (1, 3)
     # the follower's truncation, answered from the new leader's epoch cache
