@@ -211,7 +211,7 @@ def _noticed_and_cleaned(cluster: Cluster, position: int) -> bool:
         fh.seek(position)
         out = fh.read()
     died = out.find(b"died; restarting the pool")
-    return died >= 0 and out.count(f"cleaned log {TOPIC}-0 ".encode(), died) > 0
+    return died >= 0 and _rounds_since(cluster, position + died) > 0
 
 
 def _descendants(pid: int) -> set[tuple[int, int]]:

@@ -692,11 +692,9 @@ def test_an_epoch_led_without_appending_is_dropped_when_the_new_leader_says_so(
     pause-broker, 2026-11-29: a follower looped on the divergence for minutes)."""
     stale = Broker(tmp_path / "stale")
     new = Broker(tmp_path / "new")
-    for rm in (stale.rm, new.rm):
-        rm.become_leader_or_follower(
-            1, [_spec(leader=1, epoch=1)], LEADER_ADDRESSES, lambda _topic: LogConfig()
-        )
-        assert asyncio.run(_produce(rm, 3, acks=1)) == (ErrorCode.none, 0)  # epoch 1: 0..2
+    for b in (stale, new):
+        b.apply(1, _spec(leader=1, epoch=1))
+        assert asyncio.run(_produce(b.rm, 3, acks=1)) == (ErrorCode.none, 0)  # epoch 1: 0..2
     stale.apply(1, _spec(leader=1, epoch=9))  # led epoch 9, appended nothing
     stale.apply(1, _spec(leader=2, epoch=10))  # follows the new leader now
     new.apply(1, _spec(leader=1, epoch=10))
